@@ -1,0 +1,61 @@
+# kspec: two commands set up and run everything on a fresh machine.
+#   make demo   the main job (installs what it needs first)
+#   make test   the project's tests
+#   make bench  measured figures (benchmarks/README.md)
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+JS_DIR := conformance/clients/js
+DEBIAN_PACKAGES := kcat iproute2 iptables default-jre-headless
+
+.PHONY: all setup system-packages node-packages demo test bench clean
+
+all: test
+
+setup: $(STAMP) system-packages node-packages
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Debian packages the tests use (kcat as a client, iproute2/iptables for network
+# namespaces, a JRE for Spark). Installed only when missing and when run as root.
+system-packages:
+	@missing=""; \
+	command -v kcat >/dev/null || missing="$$missing kcat"; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "warning: could not install$$missing; tests that need them will be skipped"; \
+	  else \
+	    echo "warning: missing$$missing (run as root to install); tests that need them will be skipped"; \
+	  fi; \
+	fi
+
+# kafkajs for the JavaScript client tests, from the npm registry.
+node-packages: $(JS_DIR)/node_modules/.installed
+
+$(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json
+	@if command -v npm >/dev/null; then \
+	  (cd $(JS_DIR) && npm install --no-audit --no-fund --loglevel=error) && touch $@; \
+	else echo "warning: npm missing; kafkajs tests will be skipped"; fi
+
+demo: setup
+	$(VENV)/bin/kspec demo
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) $(JS_DIR)/node_modules reports/latest

@@ -1,0 +1,1 @@
+"""kspec: the command line that ties the packages together (`kspec --help`)."""

@@ -1,0 +1,56 @@
+"""The guarantee catalogue: every guarantee kspec checks, by stable id.
+
+This is the one vocabulary of the project. The spec states each id as a checkable
+property, conformance tests are tagged with ids, checker anomalies name the ids they
+violate and every report is a table by id. Ids are stable: extend, never renumber.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    id: str
+    statement: str
+    holds_when: str
+
+
+_GUARANTEES = (
+    Guarantee("ORD-1", "a partition assigns contiguous, strictly increasing offsets in append order", "always"),
+    Guarantee("ORD-2", "one producer's records to one partition are stored in send order",
+              "idempotence on, or max in-flight 1"),
+    Guarantee("ORD-3", "a consumer reads a partition in offset order, with no skipped committed offset",
+              "assign mode; subscribe mode between rebalances"),
+    Guarantee("DUR-1", "a record acked with acks=all is never lost",
+              "ISR >= min.insync.replicas at ack, clean elections, one ISR member survives"),
+    Guarantee("DUR-2", "with acks=1 a record is on the leader only at ack time "
+                       "(the loss window is documented, not a bug)", "acks=1"),
+    Guarantee("VIS-1", "consumers never see a record above the high watermark", "always"),
+    Guarantee("VIS-2", "once offset o of a partition was read as record r, every later read of o returns r",
+              "clean elections"),
+    Guarantee("REP-1", "replicas agree on every offset below both their high watermarks (log matching)",
+              "clean elections"),
+    Guarantee("REP-2", "leader epochs only grow; one leader per epoch", "always"),
+    Guarantee("GRP-1", "within one generation a partition belongs to at most one member of a group", "always"),
+    Guarantee("GRP-2", "a committed group offset survives coordinator failover and broker restart",
+              "offsets topic replicated"),
+    Guarantee("IDM-1", "an idempotent producer's retries never duplicate a record", "one producer session"),
+    Guarantee("TXN-1", "a transaction's records and offsets commit or abort together", "transactional producer"),
+    Guarantee("TXN-2", "read_committed consumers never see aborted or open-transaction records",
+              "isolation.level=read_committed"),
+    Guarantee("RET-1", "retention and compaction never reuse or reorder offsets; "
+                       "compaction keeps the latest value per key", "always"),
+    Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
+                       "stored data is untouched", "always"),
+)
+
+CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}
+
+
+def guarantee(guarantee_id: str) -> Guarantee:
+    """The guarantee with this id; a KeyError names the known ids."""
+    try:
+        return CATALOGUE[guarantee_id]
+    except KeyError:
+        raise KeyError(f"unknown guarantee id {guarantee_id!r}; known: {', '.join(CATALOGUE)}") from None
