@@ -9,25 +9,30 @@ import importlib
 
 import click
 
-# command name -> "module:attribute" of a click command or group
+# command name -> ("module:attribute" of a click command or group, one-line help)
 SUBCOMMANDS = {
-    "broker": "reference.cli:broker",
-    "demo": "kspec.demo:demo",
-    "spec": "spec.cli:spec",
-    "check": "spark_validation.cli:check",
+    "broker": ("reference.cli:broker", "Run one reference broker node."),
+    "demo": ("kspec.demo:demo", "The main job: broker, clients, checks, report."),
+    "spec": ("spec.cli:spec", "Explore the executable specification's models."),
+    "check": ("spark_validation.cli:check", "Check a recorded history with Spark."),
 }
 
 
 class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = SUBCOMMANDS.get(name)
-        if target is None:
+        if name not in SUBCOMMANDS:
             return None
-        module_name, attribute = target.split(":")
+        module_name, attribute = SUBCOMMANDS[name][0].split(":")
         return getattr(importlib.import_module(module_name), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUBCOMMANDS[name][1]) for name in self.list_commands(ctx)])
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
