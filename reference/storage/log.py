@@ -1,0 +1,379 @@
+"""The log of one partition: a directory of segments, appended by the leader, read by fetches.
+
+Layout (Kafka's): <data_dir>/<topic>-<partition>/
+    00000000000000000000.log / .index / .timeindex   one segment per base offset
+    00000000000000001234.snapshot                   producer state before offset 1234
+    log-start-offset                                the log start offset, when above the first segment
+    .kafka_cleanshutdown                            written by close(), consumed by the next open
+
+Time is always passed in (`now_ms`); nothing here reads a clock.
+
+Durability: like Kafka, nothing is fsynced on append by default. Kafka relies on the page
+cache and on replication (DUR-1 needs acks=all with a surviving ISR member, not fsync).
+flush.messages and flush.ms, when set, fsync the active segment on append once that many
+records or that much time has accumulated. A rolled segment is fsynced when it is rolled.
+
+Recovery: an open without the clean-shutdown marker rescans the active segment (older
+segments were fsynced when rolled): every batch's CRC and offsets are checked, the file is cut
+at the first torn or corrupt batch, and its indexes are rebuilt. A segment whose index files
+are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
+snapshot and rebuilt from there by replaying batches (IDM-1).
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Iterator
+
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, validate_produce
+from reference.storage.config import LogConfig
+from reference.storage.producer_state import ProducerStateManager
+from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOG_START_OFFSET_FILE = "log-start-offset"
+SNAPSHOT_SUFFIX = ".snapshot"
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+
+
+@dataclass(frozen=True)
+class LogReadInfo:
+    records: bytes  # whole batches, exactly as stored
+    first_batch_offset: int  # base offset of the first batch returned; -1 when records is empty
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Log:
+    """A partition's segment log. Public interface used by the broker:
+    append_as_leader, read, log_start_offset, log_end_offset, offset_for_timestamp,
+    max_timestamp_offset, delete_records_before, truncate_to, enforce_retention,
+    flush, close, delete, and the read-only `producer_state`."""
+
+    def __init__(self, dir_path: str, config: LogConfig, *, now_ms: int) -> None:
+        self.dir_path = dir_path
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self.producer_state = ProducerStateManager()
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms
+        os.makedirs(dir_path, exist_ok=True)
+        self._load(now_ms)
+
+    # ------------------------------------------------------------ offsets
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self.active_segment.next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self.segments)
+
+    # ------------------------------------------------------------ opening
+
+    def _load(self, now_ms: int) -> None:
+        clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
+        clean_shutdown = os.path.exists(clean_marker)
+        base_offsets = sorted(int(name[:-4]) for name in os.listdir(self.dir_path) if name.endswith(".log"))
+        for position, base_offset in enumerate(base_offsets):
+            segment = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                                 created_ms=now_ms)
+            is_active = position == len(base_offsets) - 1
+            if not (segment.load() and (clean_shutdown or not is_active)):
+                cut_bytes = segment.recover()
+                if cut_bytes:
+                    log.warning("%s: cut %d bytes of torn or corrupt batches at position %d of %s, log end offset %d",
+                                self.dir_path, cut_bytes, segment.size_bytes, segment.log_path, segment.next_offset)
+            self.segments.append(segment)
+        if not self.segments:
+            self.segments.append(LogSegment.create(self.dir_path, 0, index_interval_bytes=self.config.index_interval_bytes,
+                                                   created_ms=now_ms))
+        self._log_start_offset = max(self.segments[0].base_offset, self._read_log_start_offset())
+        self._load_producer_state()
+        if clean_shutdown:
+            os.remove(clean_marker)  # a crash from here on must trigger recovery
+
+    def _read_log_start_offset(self) -> int:
+        try:
+            with open(os.path.join(self.dir_path, LOG_START_OFFSET_FILE)) as f:
+                return int(f.read().strip())
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _write_atomically(self, name: str, data: bytes) -> None:
+        path = os.path.join(self.dir_path, name)
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+
+    def _snapshot_offsets(self) -> list[int]:
+        return sorted(int(name[: -len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.dir_path)
+                      if name.endswith(SNAPSHOT_SUFFIX))
+
+    def _load_producer_state(self) -> None:
+        """Latest snapshot at or below the log end offset, then replay the batches after it."""
+        self.producer_state = ProducerStateManager()
+        replay_from = self._log_start_offset
+        for offset in reversed(self._snapshot_offsets()):
+            path = os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX))
+            if offset > self.log_end_offset:
+                os.remove(path)
+                continue
+            try:
+                with open(path, "rb") as f:
+                    self.producer_state = ProducerStateManager.from_snapshot(f.read())
+            except (ValueError, KeyError, TypeError) as e:
+                log.warning("%s: ignoring unreadable producer snapshot %s: %s", self.dir_path, path, e)
+                os.remove(path)
+                continue
+            replay_from = max(offset, self._log_start_offset)
+            break
+        for batch in self._batches_from(replay_from):
+            if batch.producer_id >= 0 and batch.base_offset >= replay_from:
+                self.producer_state.update(batch)
+
+    def _take_snapshot(self) -> None:
+        self._write_atomically(segment_file_name(self.log_end_offset, SNAPSHOT_SUFFIX), self.producer_state.to_snapshot())
+
+    # ------------------------------------------------------------ appending
+
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int) -> LogAppendInfo:
+        """Validate a Produce request's records for this partition, check producer state,
+        assign offsets and append. Raises KafkaError (see records.validate_produce and
+        producer_state). A duplicate idempotent batch is not appended; its original offsets
+        are returned."""
+        (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
+        if batch.producer_id >= 0:
+            duplicate = self.producer_state.check_append(batch)
+            if duplicate is not None:
+                return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
+                                     duplicate.timestamp_ms if self.config.log_append_time else -1,
+                                     self._log_start_offset, batch.records_count)
+        log_append_time_ms = now_ms if self.config.log_append_time else None
+        buffer = bytearray(batch.buffer)
+        assign_offsets(buffer, self.log_end_offset, leader_epoch, log_append_time_ms)
+        appended = RecordBatch(buffer)
+        self._maybe_roll(appended, now_ms)
+        self.active_segment.append(appended)
+        self.producer_state.update(appended)
+        self._unflushed_records += appended.records_count
+        if (self._unflushed_records >= self.config.flush_messages
+                or now_ms - self._last_flush_ms >= self.config.flush_ms):
+            self.flush(now_ms)
+        return LogAppendInfo(appended.base_offset, appended.last_offset,
+                             now_ms if log_append_time_ms is not None else -1,
+                             self._log_start_offset, appended.records_count)
+
+    def _maybe_roll(self, batch: RecordBatch, now_ms: int) -> None:
+        """Start a new segment when this batch would overflow segment.bytes, the active
+        segment is older than segment.ms, or its offsets would not fit a relative index."""
+        active = self.active_segment
+        if active.size_bytes == 0:
+            return
+        rolling_timestamp = active.first_batch_timestamp if active.first_batch_timestamp != NO_TIMESTAMP else active.created_ms
+        if (active.size_bytes + batch.size_bytes > self.config.segment_bytes
+                or now_ms - rolling_timestamp > self.config.segment_ms
+                or batch.last_offset - active.base_offset > RELATIVE_OFFSET_MAX):
+            self.roll(now_ms)
+
+    def roll(self, now_ms: int) -> LogSegment:
+        """Close the active segment (fsynced) and start a new one at the log end offset."""
+        old = self.active_segment
+        if old.size_bytes == 0:
+            return old
+        old.time_index_final_entry()
+        old.flush(fsync=True)
+        old.close()
+        self._take_snapshot()
+        segment = LogSegment.create(self.dir_path, self.log_end_offset,
+                                    index_interval_bytes=self.config.index_interval_bytes, created_ms=now_ms)
+        segment.next_offset = old.next_offset
+        self.segments.append(segment)
+        return segment
+
+    # ------------------------------------------------------------ reading
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right([s.base_offset for s in self.segments], offset) - 1)
+
+    def read(self, fetch_offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> LogReadInfo:
+        """Whole batches from the one holding `fetch_offset`, up to `max_bytes` (but at least
+        one batch when `min_one_batch`, KIP-74), never a batch with an offset >= `max_offset`
+        (the high watermark for consumers, VIS-1). A batch may start before `fetch_offset`;
+        the client skips those records. Reads within one segment, as Kafka does."""
+        if not self._log_start_offset <= fetch_offset <= self.log_end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {fetch_offset} is outside "
+                             f"[{self._log_start_offset}, {self.log_end_offset}]")
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        empty = LogReadInfo(b"", -1, self._log_start_offset, self.log_end_offset)
+        for segment in self.segments[self._segment_index_for(fetch_offset):]:
+            found = segment.find_batch(fetch_offset)
+            if found is None:
+                continue
+            start, first = found
+            end = start
+            for position, batch in segment.batches_from(start):
+                if batch.last_offset >= limit:
+                    break
+                if position + batch.size_bytes - start > max_bytes and not (min_one_batch and position == start):
+                    break
+                end = position + batch.size_bytes
+            if end == start:
+                return empty
+            first_offset = first.base_offset if isinstance(first, RecordBatch) else first.offset
+            return LogReadInfo(segment.read_bytes(start, end - start), first_offset,
+                               self._log_start_offset, self.log_end_offset)
+        return empty
+
+    def _batches_from(self, offset: int) -> Iterator[Batch]:
+        """Every batch whose last offset is >= `offset`, across segments."""
+        for segment in self.segments[self._segment_index_for(offset):]:
+            found = segment.find_batch(offset)
+            if found is None:
+                continue
+            for _, batch in segment.batches_from(found[0]):
+                yield batch
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after the log start offset whose
+        timestamp is >= `timestamp_ms` (ListOffsets by time); None if there is none."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp_ms:
+                continue
+            start = max(segment.time_index.lookup_before(timestamp_ms), self._log_start_offset)
+            found = segment.find_batch(start)
+            if found is None:
+                continue
+            for _, batch in segment.batches_from(found[0]):
+                if batch.max_timestamp < timestamp_ms:
+                    continue
+                for record in batch.records():
+                    if record.offset >= self._log_start_offset and record.timestamp >= timestamp_ms:
+                        return record.offset, record.timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding the largest timestamp (ListOffsets
+        MAX_TIMESTAMP, KIP-734); None for an empty log."""
+        max_timestamp = max(segment.max_timestamp for segment in self.segments)
+        return None if max_timestamp == NO_TIMESTAMP else self.offset_for_timestamp(max_timestamp)
+
+    # ------------------------------------------------------------ deleting
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset` (at most the log end
+        offset) and delete the segments wholly below it. Returns the new log start offset."""
+        if not 0 <= offset <= self.log_end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"cannot delete records before {offset}: "
+                             f"log end offset is {self.log_end_offset}")
+        if offset > self._log_start_offset:
+            self._log_start_offset = offset
+            self._write_atomically(LOG_START_OFFSET_FILE, str(offset).encode())
+            self._delete_segments(sum(1 for later in self.segments[1:] if later.base_offset <= offset))
+        return self._log_start_offset
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete the oldest segments past retention.ms (by their largest timestamp) or over
+        retention.bytes, never the active one. Returns the number of segments deleted."""
+        if "delete" not in self.config.cleanup_policy:
+            return 0
+        inactive = self.segments[:-1]
+        count = 0
+        if self.config.retention_ms >= 0:
+            while count < len(inactive) and now_ms - inactive[count].max_timestamp > self.config.retention_ms:
+                count += 1
+        if self.config.retention_bytes >= 0:
+            excess_bytes = self.size_bytes - self.config.retention_bytes
+            by_size = 0
+            while by_size < len(inactive) and excess_bytes - inactive[by_size].size_bytes >= 0:
+                excess_bytes -= inactive[by_size].size_bytes
+                by_size += 1
+            count = max(count, by_size)
+        self._delete_segments(count)
+        return count
+
+    def _delete_segments(self, count: int) -> None:
+        """Delete the `count` oldest segments (never the active one) at once; Kafka would rename
+        them *.deleted and remove them after file.delete.delay.ms."""
+        assert 0 <= count < len(self.segments)
+        if count == 0:
+            return
+        for segment in self.segments[:count]:
+            segment.delete_files()
+        del self.segments[:count]
+        if self.segments[0].base_offset > self._log_start_offset:
+            self._log_start_offset = self.segments[0].base_offset
+            self._write_atomically(LOG_START_OFFSET_FILE, str(self._log_start_offset).encode())
+        snapshots = self._snapshot_offsets()
+        for offset in snapshots[:-1]:  # keep the newest: it holds producers whose batches are gone
+            if offset < self.segments[0].base_offset:
+                os.remove(os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX)))
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch with an offset >= `offset` (a follower diverging from its leader).
+        The cut falls at a batch boundary; producer state is reloaded for the new end."""
+        if offset >= self.log_end_offset:
+            return
+        assert offset >= self._log_start_offset, (offset, self._log_start_offset)
+        keep = self._segment_index_for(offset)
+        if self.segments[keep].base_offset >= offset and keep > 0:
+            keep -= 1
+        for segment in self.segments[keep + 1:]:
+            segment.delete_files()
+        del self.segments[keep + 1:]
+        self.active_segment.truncate_to(offset)
+        for snapshot_offset in self._snapshot_offsets():
+            if snapshot_offset > self.log_end_offset:
+                os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
+        self._load_producer_state()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def flush(self, now_ms: int) -> None:
+        """fsync the active segment and its indexes."""
+        self.active_segment.flush(fsync=True)
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms
+
+    def close(self) -> None:
+        """Flush, snapshot producer state and write the clean-shutdown marker."""
+        active = self.active_segment
+        active.time_index_final_entry()
+        active.flush(fsync=True)
+        for segment in self.segments:
+            segment.close()
+        self._take_snapshot()
+        self._write_atomically(CLEAN_SHUTDOWN_FILE, b"")
+
+    def delete(self) -> None:
+        """Remove the partition's directory and everything in it."""
+        for segment in self.segments:
+            segment.close()
+        shutil.rmtree(self.dir_path)
