@@ -233,6 +233,9 @@ def _values_of(value: Struct | Mapping | None, layout: StructLayout) -> Mapping:
         return {}
     values = value.__dict__ if isinstance(value, Struct) else value
     assert isinstance(values, Mapping), f"{layout.name}: expected a Struct or a Mapping, got {type(value).__name__}"
+    assert values.keys() <= layout.names_any_version, (
+        f"{layout.name} has no field {sorted(values.keys() - layout.names_any_version)}"
+    )
     return values
 
 

@@ -21,7 +21,8 @@ joins them into one bytes.
 Errors. A body that does not decode raises ProtocolDecodeError (a ValueError) naming the
 message and the field; a version outside the definition's validVersions raises its subclass
 UnsupportedVersion. Counts and lengths are checked against the bytes that remain before
-anything is allocated, and bytes left over after a body are an error too.
+anything is allocated. Bytes after the end of a body are ignored, as Kafka's own parser
+ignores them: librdkafka 2.16 sends Metadata v13 requests with three such bytes.
 """
 from __future__ import annotations
 
@@ -80,8 +81,6 @@ def _decode_body(api_key: int, api_version: int, kind: str, reader: Reader) -> S
     definition = _definition(api_key, api_version, kind)
     try:
         body = _decoder(api_key, api_version, kind)(reader)
-        if reader.remaining():
-            raise ProtocolDecodeError(f"{reader.remaining()} bytes left over after the body")
     except ProtocolDecodeError as error:
         raise error.in_message(f"{definition.name} v{api_version}") from None
     return body

@@ -105,6 +105,7 @@ class StructLayout:
     flexible: bool
     fields: tuple[FieldLayout, ...]
     tagged_fields: tuple[FieldLayout, ...]  # ascending by tag; empty unless flexible
+    names_any_version: frozenset[str]  # every field name the definition gives this struct
 
 
 EMPTY = "<empty>"  # FieldLayout.default of an array (an empty list) or a struct (all defaults)
@@ -213,7 +214,13 @@ def _struct_layout(
     tags = [field.tag for field in tagged]
     assert len(set(tags)) == len(tags), f"{message.name} {name} v{version} repeats a tag: {tags}"
     assert flexible or not tagged, f"{message.name} {name} v{version} has tagged fields but is not flexible"
-    return StructLayout(name=name, flexible=flexible, fields=tuple(fixed), tagged_fields=tuple(tagged))
+    return StructLayout(
+        name=name,
+        flexible=flexible,
+        fields=tuple(fixed),
+        tagged_fields=tuple(tagged),
+        names_any_version=frozenset(snake_case(spec["name"]) for spec in fields),
+    )
 
 
 def _field_layout(message: MessageDefinition, spec: dict, version: int, flexible: bool) -> FieldLayout:
