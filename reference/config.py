@@ -1,0 +1,140 @@
+"""Broker configuration: Kafka's server property names, read into fields that carry units.
+
+A broker is configured the way Apache Kafka is: `server.properties` style keys
+(`node.id`, `log.dirs`, `log.retention.ms`, ...). `BrokerConfig.from_properties`
+parses and checks them; `topic_defaults()` gives the broker-wide defaults under the
+topic-level names (`retention.ms`, `segment.bytes`, ...) that a topic's own configs
+override, the way Kafka derives a LogConfig from server defaults plus topic overrides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MiB = 1024 * 1024
+
+# Broker property -> the topic-level config it provides the default for.
+TOPIC_DEFAULT_SYNONYMS = {
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "message.max.bytes": "max.message.bytes",
+    "min.insync.replicas": "min.insync.replicas",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int = 0
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    advertised_host: str = ""  # empty: the listen host
+    log_dirs: str = ""
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    socket_request_max_bytes: int = 100 * MiB
+    message_max_bytes: int = 1048588
+    log_retention_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_bytes: int = -1
+    log_retention_check_interval_ms: int = 300_000
+    log_segment_bytes: int = 1024 * MiB
+    log_roll_ms: int = 7 * 24 * 3600 * 1000
+    log_cleanup_policy: str = "delete"
+    min_insync_replicas: int = 1
+    log_message_timestamp_type: str = "CreateTime"
+    log_flush_interval_messages: int = 2**63 - 1
+    log_flush_interval_ms: int = 2**63 - 1
+    log_flush_scheduler_interval_ms: int = 1000
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.listen_host, self.listen_port)
+
+    @classmethod
+    def from_properties(cls, properties: dict[str, str]) -> BrokerConfig:
+        """Build from Kafka property names; raise ValueError naming a bad key or value."""
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, object] = {}
+        for key, raw in properties.items():
+            if key == "listeners":
+                values["listen_host"], values["listen_port"] = parse_listener(raw)
+                continue
+            if key == "advertised.host.name":
+                values["advertised_host"] = raw
+                continue
+            name = key.replace(".", "_")
+            if name not in known or name in ("listen_host", "listen_port", "advertised_host"):
+                raise ValueError(f"unknown broker property {key!r}")
+            values[name] = _parse(key, raw, known[name].type)
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        problems = [
+            (self.node_id >= 0, "node.id must be >= 0"),
+            (0 <= self.listen_port < 65536, "the listener port must be 0..65535"),
+            (self.num_partitions >= 1, "num.partitions must be >= 1"),
+            (self.default_replication_factor >= 1, "default.replication.factor must be >= 1"),
+            (self.socket_request_max_bytes >= 1024, "socket.request.max.bytes must be >= 1024"),
+            (self.message_max_bytes >= 0, "message.max.bytes must be >= 0"),
+            (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
+            (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
+            (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),
+        ]
+        for holds, message in problems:
+            if not holds:
+                raise ValueError(message)
+
+    def topic_defaults(self) -> dict[str, str]:
+        """The broker's defaults for topic-level configs, keyed by the topic config name."""
+        return {
+            topic_key: _format(getattr(self, broker_key.replace(".", "_")))
+            for broker_key, topic_key in TOPIC_DEFAULT_SYNONYMS.items()
+        }
+
+
+def parse_listener(listener: str) -> tuple[str, int]:
+    """'HOST:PORT' or 'PLAINTEXT://HOST:PORT' -> (host, port)."""
+    address = listener.split("://", 1)[-1]
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"listener {listener!r} is not HOST:PORT")
+    return host or "0.0.0.0", int(port)
+
+
+def read_properties_file(path: str) -> dict[str, str]:
+    """A Java .properties file (key=value lines, '#' and '!' comments) -> dict."""
+    properties = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")
+            properties[key.strip()] = value.strip()
+    return properties
+
+
+def _parse(key: str, raw: str, kind: object) -> object:
+    try:
+        if kind in ("bool", bool):
+            if raw.lower() not in ("true", "false"):
+                raise ValueError
+            return raw.lower() == "true"
+        if kind in ("int", int):
+            return int(raw)
+        return raw
+    except ValueError:
+        raise ValueError(f"property {key}={raw!r} is not a valid {kind}") from None
+
+
+def _format(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

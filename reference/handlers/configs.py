@@ -1,0 +1,178 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44).
+
+A topic's effective config is its overrides (stored as ConfigRecords in the metadata log)
+over the broker's defaults, which come from the command line or Kafka's defaults. Each
+entry says where its value came from (config_source) and, when asked, lists its synonyms
+in precedence order (KIP-226): topic override, broker property, Kafka default. Broker
+configs are described but not altered: they are static, read at start.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import fields
+
+from reference.config import TOPIC_DEFAULT_SYNONYMS, BrokerConfig
+from reference.handlers.context import RequestContext
+from reference.node.broker import Broker
+from reference.node.metadata import BROKER_RESOURCE, TOPIC_RESOURCE
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.storage.config import LogConfig
+
+# DescribeConfigsResponse ConfigSource.
+TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# DescribeConfigsResponse ConfigType (KIP-569).
+CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_LIST = 2, 3, 5, 7
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+INT_CONFIGS = frozenset({"segment.bytes", "max.message.bytes", "min.insync.replicas", "index.interval.bytes"})
+# IncrementalAlterConfigs operations (KIP-339).
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+BROKER_SYNONYM = {topic_key: broker_key for broker_key, topic_key in TOPIC_DEFAULT_SYNONYMS.items()}
+KAFKA_DEFAULTS = LogConfig().to_properties()
+
+
+def handle_describe_configs(broker: Broker, request, context: RequestContext) -> dict:
+    results = []
+    for resource in request.resources:
+        result = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": resource.resource_type,
+                  "resource_name": resource.resource_name, "configs": []}
+        try:
+            if resource.resource_type == TOPIC_RESOURCE:
+                overrides = broker.topic(resource.resource_name).configs
+                result["configs"] = describe_topic_configs(broker, overrides, resource.configuration_keys,
+                                                           request.include_synonyms)
+            elif resource.resource_type == BROKER_RESOURCE:
+                _check_broker_name(broker, resource.resource_name)
+                result["configs"] = _describe_broker_configs(broker, resource.configuration_keys,
+                                                             request.include_synonyms)
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
+        except KafkaError as e:
+            result.update(error_code=e.code, error_message=e.message or None)
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def describe_topic_configs(broker: Broker, overrides: dict[str, str], keys, include_synonyms: bool) -> list[dict]:
+    broker_defaults = broker.config.topic_defaults()
+    effective = broker.log_config(overrides).to_properties()
+    entries = []
+    for name in sorted(effective):
+        if keys is not None and name not in keys:
+            continue
+        synonyms = []
+        if name in overrides:
+            synonyms.append({"name": name, "value": overrides[name], "source": TOPIC_CONFIG})
+        broker_key = BROKER_SYNONYM.get(name)
+        if broker_key and broker_defaults[name] != KAFKA_DEFAULTS[name]:
+            synonyms.append({"name": broker_key, "value": broker_defaults[name], "source": STATIC_BROKER_CONFIG})
+        synonyms.append({"name": broker_key or name, "value": KAFKA_DEFAULTS[name], "source": DEFAULT_CONFIG})
+        entries.append({
+            "name": name, "value": effective[name], "read_only": False, "config_source": synonyms[0]["source"],
+            "is_default": synonyms[0]["source"] == DEFAULT_CONFIG, "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [], "config_type": _config_type(name),
+            "documentation": None,
+        })
+    return entries
+
+
+def _describe_broker_configs(broker: Broker, keys, include_synonyms: bool) -> list[dict]:
+    defaults = BrokerConfig()
+    entries = []
+    for field in fields(BrokerConfig):
+        name = field.name.replace("_", ".")
+        if keys is not None and name not in keys:
+            continue
+        value, default = getattr(broker.config, field.name), getattr(defaults, field.name)
+        source = DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG
+        synonyms = [{"name": name, "value": _text(value), "source": source}]
+        entries.append({
+            "name": name, "value": _text(value), "read_only": True, "config_source": source,
+            "is_default": source == DEFAULT_CONFIG, "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [],
+            "config_type": {"bool": 1, "int": CONFIG_TYPE_LONG}.get(field.type, CONFIG_TYPE_STRING),
+            "documentation": None,
+        })
+    return entries
+
+
+def handle_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
+    """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
+    responses = []
+    for resource in request.resources:
+        def replace_overrides(current: dict[str, str]) -> dict[str, str | None]:
+            _check_unique(resource.configs)
+            wanted = {config.name: config.value for config in resource.configs if config.value is not None}
+            return {**{name: None for name in current if name not in wanted}, **wanted}
+        responses.append(_alter(broker, resource, replace_overrides, request.validate_only, context.now_ms))
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def handle_incremental_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
+    responses = []
+    for resource in request.resources:
+        def apply_operations(current: dict[str, str]) -> dict[str, str | None]:
+            _check_unique(resource.configs)
+            return {config.name: _operation(broker, current, config) for config in resource.configs}
+        responses.append(_alter(broker, resource, apply_operations, request.validate_only, context.now_ms))
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def _alter(broker: Broker, resource, changes_for, validate_only: bool, now_ms: int) -> dict:
+    response = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name}
+    try:
+        if resource.resource_type == BROKER_RESOURCE:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             "broker configs are static here: set them with --config or --set at start")
+        if resource.resource_type != TOPIC_RESOURCE:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
+        topic = broker.topic(resource.resource_name)
+        broker.alter_topic_configs(topic.name, changes_for(dict(topic.configs)), validate_only, now_ms)
+    except KafkaError as e:
+        response.update(error_code=e.code, error_message=e.message or None)
+    return response
+
+
+def _operation(broker: Broker, current: dict[str, str], config) -> str | None:
+    if config.config_operation == OP_SET:
+        return config.value
+    if config.config_operation == OP_DELETE:
+        return None
+    if config.config_operation not in (OP_APPEND, OP_SUBTRACT):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {config.config_operation}")
+    if config.name not in LIST_CONFIGS:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{config.name} is not a list: APPEND and SUBTRACT need one")
+    effective = broker.log_config(current).to_properties()[config.name]
+    items = [item for item in effective.split(",") if item]
+    given = [item for item in (config.value or "").split(",") if item]
+    if config.config_operation == OP_APPEND:
+        items += [item for item in given if item not in items]
+    else:
+        items = [item for item in items if item not in given]
+    return ",".join(items)
+
+
+def _check_unique(configs) -> None:
+    repeated = [name for name, count in Counter(config.name for config in configs).items() if count > 1]
+    if repeated:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"config(s) given more than once: {', '.join(repeated)}")
+
+
+def _check_broker_name(broker: Broker, resource_name: str) -> None:
+    if resource_name not in ("", str(broker.config.node_id)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"this is broker {broker.config.node_id}, not {resource_name!r}")
+
+
+def _config_type(name: str) -> int:
+    if name in LIST_CONFIGS:
+        return CONFIG_TYPE_LIST
+    if name in INT_CONFIGS:
+        return CONFIG_TYPE_INT
+    return CONFIG_TYPE_STRING if name == "message.timestamp.type" else CONFIG_TYPE_LONG
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

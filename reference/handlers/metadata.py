@@ -1,0 +1,84 @@
+"""Metadata (key 3) and DescribeCluster (key 60): brokers, controller, topics, partitions.
+
+This node is the only broker and the controller, so ControllerId is its own id: kafkajs
+sends InitProducerId, and every client sends admin requests, to the controller.
+Unknown topics are created with the broker defaults when auto.create.topics.enable is on
+and the request allows it (AllowAutoTopicCreation, v4+; always allowed before v4).
+"""
+from __future__ import annotations
+
+from reference.handlers.context import RequestContext
+from reference.node.broker import Broker, TopicPartition, check_topic_name
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.primitives import ZERO_UUID
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+ENDPOINT_TYPE_BROKER = 1
+
+
+def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
+    version = context.api_version
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [_describe_topic(broker, name) for name in sorted(broker.image.topics_by_name)]
+    else:
+        allow_create = request.allow_auto_topic_creation if version >= 4 else True
+        topics = [_requested_topic(broker, wanted, allow_create, context.now_ms) for wanted in request.topics]
+    host, port = broker.config.advertised
+    return {
+        "brokers": [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.config.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "error_code": ErrorCode.NONE,
+    }
+
+
+def handle_describe_cluster(broker: Broker, request, context: RequestContext) -> dict:
+    host, port = broker.config.advertised
+    error = ErrorCode.NONE
+    if context.api_version >= 1 and request.endpoint_type != ENDPOINT_TYPE_BROKER:
+        error = ErrorCode.MISMATCHED_ENDPOINT_TYPE  # this node serves broker endpoints only
+    return {
+        "error_code": error,
+        "endpoint_type": ENDPOINT_TYPE_BROKER,
+        "cluster_id": broker.cluster_id,
+        "controller_id": broker.config.node_id,
+        "brokers": [] if error else [
+            {"broker_id": broker.config.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+        ],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) -> dict:
+    name = wanted.name
+    topic_id = wanted.get("topic_id", ZERO_UUID)  # v10+
+    try:
+        if name is None:  # a lookup by topic id (v10+)
+            name = broker.topic_name_by_id(topic_id)
+        elif name not in broker.image.topics_by_name:
+            check_topic_name(name)
+            if not (allow_create and broker.config.auto_create_topics_enable):
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name)
+            broker.create_topic(name, -1, -1, {}, validate_only=False, now_ms=now_ms)
+        return _describe_topic(broker, name)
+    except KafkaError as e:
+        return {"error_code": e.code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
+                "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+
+
+def _describe_topic(broker: Broker, name: str) -> dict:
+    topic = broker.topic(name)
+    node_id = broker.config.node_id
+    partitions = []
+    for index in range(topic.partition_count):
+        state = broker.partition(TopicPartition(name, index))
+        partitions.append({
+            "error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node_id,
+            "leader_epoch": state.leader_epoch, "replica_nodes": [node_id], "isr_nodes": [node_id],
+            "offline_replicas": [],
+        })
+    return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": False,
+            "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+

@@ -1,0 +1,104 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37): topic changes through the
+broker's metadata log. Each topic succeeds or fails on its own, with its own error code.
+
+Replication factors and manual assignments must fit the live brokers (here: this node),
+else INVALID_REPLICATION_FACTOR / INVALID_REPLICATION_ASSIGNMENT, as Kafka's controller checks.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from reference.handlers.configs import describe_topic_configs
+from reference.handlers.context import RequestContext
+from reference.node.broker import Broker
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.primitives import ZERO_UUID
+
+DEFAULT = -1  # num_partitions / replication_factor: the broker default (KIP-464)
+
+
+def handle_create_topics(broker: Broker, request, context: RequestContext) -> dict:
+    counts = Counter(topic.name for topic in request.topics)
+    results = []
+    for wanted in request.topics:
+        result = {"name": wanted.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.NONE, "error_message": None,
+                  "num_partitions": DEFAULT, "replication_factor": DEFAULT, "configs": []}
+        try:
+            if counts[wanted.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} appears more than once")
+            num_partitions, replication_factor = _from_assignments(broker, wanted)
+            configs = {config.name: config.value for config in wanted.configs if config.value is not None}
+            topic = broker.create_topic(wanted.name, num_partitions, replication_factor, configs,
+                                        request.validate_only, context.now_ms)
+            result.update(topic_id=topic.topic_id if not request.validate_only else ZERO_UUID,
+                          num_partitions=topic.partition_count, replication_factor=broker.live_broker_count,
+                          configs=[
+                              {"name": c["name"], "value": c["value"], "read_only": c["read_only"],
+                               "config_source": c["config_source"], "is_sensitive": False}
+                              for c in describe_topic_configs(broker, topic.configs, None, include_synonyms=False)
+                          ])
+        except KafkaError as e:
+            result.update(error_code=e.code, error_message=e.message or None)
+        results.append(result)
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+def _from_assignments(broker: Broker, wanted) -> tuple[int, int]:
+    """(num_partitions, replication_factor) from the request, checking a manual assignment."""
+    if not wanted.assignments:
+        return wanted.num_partitions, wanted.replication_factor
+    if wanted.num_partitions != DEFAULT or wanted.replication_factor != DEFAULT:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         "with a replica assignment, num_partitions and replication_factor must be -1")
+    indexes = sorted(assignment.partition_index for assignment in wanted.assignments)
+    if indexes != list(range(len(indexes))):
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                         f"partition indexes {indexes} are not 0..{len(indexes) - 1}")
+    for assignment in wanted.assignments:
+        _check_replicas(broker, assignment.broker_ids)
+    return len(indexes), len(wanted.assignments[0].broker_ids)
+
+
+def _check_replicas(broker: Broker, broker_ids) -> None:
+    if list(broker_ids) != [broker.config.node_id]:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                         f"replicas {list(broker_ids)}: the only live broker is {broker.config.node_id}")
+
+
+def handle_delete_topics(broker: Broker, request, context: RequestContext) -> dict:
+    if context.api_version >= 6:
+        wanted = [(topic.name, topic.topic_id) for topic in request.topics]
+    else:
+        wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    responses = []
+    for name, topic_id in wanted:
+        response = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if name is None:
+                name = broker.topic_name_by_id(topic_id)
+            topic = broker.topic(name)
+            broker.delete_topic(name, context.now_ms)
+            response.update(name=name, topic_id=topic.topic_id)
+        except KafkaError as e:
+            response.update(error_code=e.code, error_message=e.message or None)
+        responses.append(response)
+    return {"throttle_time_ms": 0, "responses": responses}
+
+
+def handle_create_partitions(broker: Broker, request, context: RequestContext) -> dict:
+    results = []
+    for wanted in request.topics:
+        result = {"name": wanted.name, "error_code": ErrorCode.NONE, "error_message": None}
+        try:
+            if wanted.assignments is not None:
+                added = wanted.count - broker.topic(wanted.name).partition_count
+                if len(wanted.assignments) != added:
+                    raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
+                                     f"{len(wanted.assignments)} assignments for {added} new partitions")
+                for assignment in wanted.assignments:
+                    _check_replicas(broker, assignment.broker_ids)
+            broker.create_partitions(wanted.name, wanted.count, request.validate_only, context.now_ms)
+        except KafkaError as e:
+            result.update(error_code=e.code, error_message=e.message or None)
+        results.append(result)
+    return {"throttle_time_ms": 0, "results": results}

@@ -1,0 +1,295 @@
+"""One broker's state: its metadata image, its partitions' logs, producer-id allocation.
+
+Every metadata change is written to the metadata log `__cluster_metadata-0` first and
+applied to the image second, so a restart replays the log and finds the same topics,
+partitions and configs. The data dir holds `meta.properties` (cluster.id, node.id,
+version) as Kafka writes it; each log leaves its own clean-shutdown marker when closed.
+
+No sockets and no clock: callers pass `now_ms`. Errors the protocol has a code for are
+raised as KafkaError; handlers turn them into error codes.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+
+from reference.config import BrokerConfig, read_properties_file
+from reference.node.metadata import TOPIC_RESOURCE, MetadataImage, TopicImage
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.records import Record, build_batch, iter_batches
+from reference.storage import Log, LogConfig
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
+META_PROPERTIES = "meta.properties"
+META_PROPERTIES_VERSION = 1  # KRaft mode meta.properties
+TOPIC_NAME_BYTES_MAX = 249
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
+PARTITIONS_PER_TOPIC_MAX = 10_000
+PRODUCER_ID_BLOCK_SIZE = 1000  # ids handed out per ProducerIdsRecord, as Kafka's controller does
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+class PartitionState:
+    """A partition this node leads: its log, leader epoch and high watermark.
+
+    On a single node every append is fully replicated at once, so the high watermark
+    follows the log end offset; it is still its own field, because fetches never read
+    above it (VIS-1) and replication will move it separately.
+    """
+
+    def __init__(self, topic_partition: TopicPartition, topic_id: uuid.UUID, log: Log) -> None:
+        self.topic_partition = topic_partition
+        self.topic_id = topic_id
+        self.log = log
+        self.leader_epoch = 0
+        self.high_watermark = log.log_end_offset
+        self.last_flush_ms = 0  # for flush.ms on an idle partition; appends flush by themselves
+
+    def advance_high_watermark(self) -> None:
+        assert self.high_watermark <= self.log.log_end_offset
+        self.high_watermark = self.log.log_end_offset
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, now_ms: int) -> None:
+        assert config.log_dirs, "log.dirs is required"
+        self.config = config
+        self.data_dir = config.log_dirs
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.cluster_id = self._load_meta_properties()
+        self.image = MetadataImage()
+        self.metadata_log = Log(os.path.join(self.data_dir, METADATA_PARTITION_DIR), LogConfig(), now_ms=now_ms)
+        for record in self._read_metadata_records():
+            self.image.apply(record)
+        self.partitions: dict[TopicPartition, PartitionState] = {}
+        for topic in self.image.topics_by_name.values():
+            for index in range(topic.partition_count):
+                self._open_partition(topic, index, now_ms)
+        self._producer_id_next = self.image.next_producer_id
+        self._last_retention_check_ms = now_ms
+        self.appended: set[TopicPartition] = set()  # effects for the shell: wake fetches
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicImage:
+        if name not in self.image.topics_by_name:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r}")
+        return self.image.topics_by_name[name]
+
+    def topic_name_by_id(self, topic_id: uuid.UUID) -> str:
+        if topic_id not in self.image.topics_by_id:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, str(topic_id))
+        return self.image.topics_by_id[topic_id]
+
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int,
+        configs: dict[str, str], validate_only: bool, now_ms: int,
+    ) -> TopicImage:
+        """CreateTopics for one topic; -1 means the broker default (KIP-464)."""
+        check_topic_name(name)
+        if name in self.image.topics_by_name:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        num_partitions = self.config.num_partitions if num_partitions == -1 else num_partitions
+        replication_factor = (
+            self.config.default_replication_factor if replication_factor == -1 else replication_factor
+        )
+        if not 1 <= num_partitions <= PARTITIONS_PER_TOPIC_MAX:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"num_partitions {num_partitions}")
+        if not 1 <= replication_factor <= self.live_broker_count:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} > {self.live_broker_count} live broker(s)",
+            )
+        self.log_config(configs)  # validates
+        topic_id = uuid.uuid4()
+        if validate_only:
+            return TopicImage(name, topic_id, num_partitions, dict(configs))
+        records = [{"type": "TopicRecord", "name": name, "topic_id": str(topic_id)}]
+        records += [
+            {"type": "PartitionRecord", "topic_id": str(topic_id), "partition_id": index,
+             "replicas": [self.config.node_id], "isr": [self.config.node_id],
+             "leader": self.config.node_id, "leader_epoch": 0}
+            for index in range(num_partitions)
+        ]
+        records += [self._config_record(name, key, value) for key, value in sorted(configs.items())]
+        self._commit(records, now_ms)
+        topic = self.image.topics_by_name[name]
+        for index in range(num_partitions):
+            self._open_partition(topic, index, now_ms)
+        return topic
+
+    def delete_topic(self, name: str, now_ms: int) -> None:
+        topic = self.topic(name)
+        self._commit([{"type": "RemoveTopicRecord", "topic_id": str(topic.topic_id)}], now_ms)
+        for index in range(topic.partition_count):
+            self.partitions.pop(TopicPartition(name, index)).log.delete()
+
+    def create_partitions(self, name: str, count: int, validate_only: bool, now_ms: int) -> None:
+        topic = self.topic(name)
+        if count <= topic.partition_count:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic has {topic.partition_count} partitions; the new count must be larger",
+            )
+        if count > PARTITIONS_PER_TOPIC_MAX:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"count {count} > {PARTITIONS_PER_TOPIC_MAX}")
+        if validate_only:
+            return
+        first_new = topic.partition_count
+        self._commit([
+            {"type": "PartitionRecord", "topic_id": str(topic.topic_id), "partition_id": index,
+             "replicas": [self.config.node_id], "isr": [self.config.node_id],
+             "leader": self.config.node_id, "leader_epoch": 0}
+            for index in range(first_new, count)
+        ], now_ms)
+        for index in range(first_new, count):
+            self._open_partition(topic, index, now_ms)
+
+    def alter_topic_configs(
+        self, name: str, configs: dict[str, str | None], validate_only: bool, now_ms: int,
+    ) -> None:
+        """Set (value) or remove (None) topic config overrides, all or none."""
+        topic = self.topic(name)
+        updated = {**topic.configs, **configs}
+        updated = {key: value for key, value in updated.items() if value is not None}
+        log_config = self.log_config(updated)
+        if validate_only or not configs:
+            return
+        self._commit([self._config_record(name, key, value) for key, value in sorted(configs.items())], now_ms)
+        for index in range(topic.partition_count):
+            self.partitions[TopicPartition(name, index)].log.config = log_config
+
+    def log_config(self, overrides: dict[str, str]) -> LogConfig:
+        """The LogConfig of a topic with these overrides over the broker defaults; KafkaError(INVALID_CONFIG)."""
+        return LogConfig.from_properties({**self.config.topic_defaults(), **overrides})
+
+    def allocate_producer_id(self, now_ms: int) -> int:
+        """A producer id never handed out before, on this node, across restarts."""
+        if self._producer_id_next >= self.image.next_producer_id:
+            self._commit([{
+                "type": "ProducerIdsRecord", "node_id": self.config.node_id,
+                "next_producer_id": self.image.next_producer_id + PRODUCER_ID_BLOCK_SIZE,
+            }], now_ms)
+        producer_id = self._producer_id_next
+        self._producer_id_next += 1
+        assert producer_id < self.image.next_producer_id
+        return producer_id
+
+    @property
+    def live_broker_count(self) -> int:
+        return 1
+
+    # -- data -------------------------------------------------------------------------
+
+    def partition(self, topic_partition: TopicPartition) -> PartitionState:
+        if topic_partition not in self.partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
+        return self.partitions[topic_partition]
+
+    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int):
+        """Append a produced batch as leader; return the storage's LogAppendInfo."""
+        partition = self.partition(topic_partition)
+        info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms)
+        partition.advance_high_watermark()
+        self.appended.add(topic_partition)
+        return info
+
+    def tick(self, now_ms: int) -> None:
+        """Periodic work: time-based flush (flush.ms) and retention (log.retention.check.interval.ms)."""
+        for partition in self.partitions.values():
+            if now_ms - partition.last_flush_ms >= partition.log.config.flush_ms:
+                partition.log.flush(now_ms)
+                partition.last_flush_ms = now_ms
+        if now_ms - self._last_retention_check_ms >= self.config.log_retention_check_interval_ms:
+            self._last_retention_check_ms = now_ms
+            for partition in self.partitions.values():
+                partition.log.enforce_retention(now_ms)
+
+    def close(self) -> None:
+        """Flush and close every log; each leaves its clean-shutdown marker."""
+        for partition in self.partitions.values():
+            partition.log.close()
+        self.metadata_log.close()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _open_partition(self, topic: TopicImage, index: int, now_ms: int) -> None:
+        topic_partition = TopicPartition(topic.name, index)
+        assert topic_partition not in self.partitions
+        log = Log(os.path.join(self.data_dir, str(topic_partition)), self.log_config(topic.configs), now_ms=now_ms)
+        partition = PartitionState(topic_partition, topic.topic_id, log)
+        partition.last_flush_ms = now_ms
+        self.partitions[topic_partition] = partition
+
+    def _config_record(self, topic: str, name: str, value: str | None) -> dict:
+        return {"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": topic,
+                "name": name, "value": value}
+
+    def _commit(self, records: list[dict], now_ms: int) -> None:
+        """Write metadata records to the metadata log (flushed: metadata is durable), then apply them."""
+        values = [json.dumps(record, sort_keys=True).encode() for record in records]
+        batch = build_batch([Record(timestamp=now_ms, value=value) for value in values])
+        self.metadata_log.append_as_leader(batch, 0, now_ms)
+        self.metadata_log.flush(now_ms)
+        for record in records:
+            self.image.apply(record)
+
+    def _read_metadata_records(self):
+        offset = self.metadata_log.log_start_offset
+        while offset < self.metadata_log.log_end_offset:
+            read = self.metadata_log.read(offset, 1 << 20)
+            for batch in iter_batches(read.records):
+                for record in batch.records():
+                    yield json.loads(record.value)
+                offset = batch.last_offset + 1
+
+    def _load_meta_properties(self) -> str:
+        """Read meta.properties or write a new one; a node.id mismatch is refused."""
+        path = os.path.join(self.data_dir, META_PROPERTIES)
+        if os.path.exists(path):
+            properties = read_properties_file(path)
+            if int(properties["node.id"]) != self.config.node_id:
+                raise ValueError(
+                    f"{path} belongs to node.id {properties['node.id']}, not {self.config.node_id}; "
+                    "use that --node-id or another --data-dir"
+                )
+            return properties["cluster.id"]
+        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
+                    f"version={META_PROPERTIES_VERSION}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(path + ".tmp", path)
+        return cluster_id
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's Topic.validate: legal characters, length, not '.' or '..'."""
+    problem = None
+    if not name:
+        problem = "the topic name is empty"
+    elif name in (".", ".."):
+        problem = f"the topic name cannot be {name!r}"
+    elif len(name) > TOPIC_NAME_BYTES_MAX:
+        problem = f"the topic name is longer than {TOPIC_NAME_BYTES_MAX} characters"
+    elif not TOPIC_NAME_PATTERN.fullmatch(name):
+        problem = f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
+    elif name == METADATA_TOPIC:
+        problem = f"{METADATA_TOPIC} is reserved for the metadata log"
+    if problem:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)

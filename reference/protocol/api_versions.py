@@ -1,0 +1,40 @@
+"""The ApiVersions table this broker advertises: API key -> (min version, max version).
+
+Every version in a range is implemented by a handler in reference/handlers/. Clients send
+min(their max, our max) (research/protocol.md §1), so the maxima follow Apache Kafka 4.3
+and every client gets its preferred version, flexible ones included. APIs that are not
+implemented yet (groups, transactions, SASL) are absent, so clients never send them.
+"""
+from __future__ import annotations
+
+from reference.protocol.api_keys import ApiKey
+
+SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    # Advertised from 0 although v0-2 are refused (the connection is closed): librdkafka
+    # before 2.11.1 (kcat here) disables compression unless Produce min is 0 (KAFKA-18659).
+    ApiKey.PRODUCE: (0, 13),
+    ApiKey.FETCH: (4, 18),  # v0-3 removed in Kafka 4.0 (KIP-896)
+    ApiKey.LIST_OFFSETS: (1, 11),  # v0 removed in Kafka 4.0 (KIP-896)
+    ApiKey.METADATA: (0, 13),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),  # v0-1 removed in Kafka 4.0 (KIP-896)
+    ApiKey.DELETE_TOPICS: (1, 6),  # v0 removed in Kafka 4.0 (KIP-896)
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.INIT_PRODUCER_ID: (0, 5),  # v6 (KIP-939 two-phase commit) is unstable
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),  # v0 removed in Kafka 4.0 (KIP-896)
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
+}
+
+# Versions inside an advertised range that the broker still refuses (see PRODUCE above).
+REFUSED_VERSIONS: dict[ApiKey, range] = {ApiKey.PRODUCE: range(0, 3)}
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    if api_key not in SUPPORTED_API_VERSIONS:
+        return False
+    key = ApiKey(api_key)
+    low, high = SUPPORTED_API_VERSIONS[key]
+    return low <= api_version <= high and api_version not in REFUSED_VERSIONS.get(key, ())
