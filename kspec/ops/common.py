@@ -1,0 +1,249 @@
+"""What every operator command shares: the bootstrap option, client configs, exit codes,
+one-line errors and tables.
+
+Errors are one line on stderr, `Error: what is wrong; how to mend it`, and the exit code
+says whose side failed, so scripts can branch on it:
+
+  0  the operation succeeded
+  1  the operation failed on the broker side (unreachable, unknown topic, refused request)
+  2  bad usage (a missing or malformed argument); nothing was sent to the broker
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import click
+from confluent_kafka import KafkaError, KafkaException
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+EXIT_CODES_EPILOG = """\b
+Exit codes:
+  0  success
+  1  the operation failed on the broker side (unreachable broker, unknown topic, refused request)
+  2  bad usage (missing or malformed arguments)"""
+
+BOOTSTRAP_ENVVAR = "KSPEC_BOOTSTRAP_SERVERS"
+METADATA_TIMEOUT_S = 10.0  # how long a command waits for the cluster to answer its first request
+METADATA_ATTEMPT_S = 0.5  # one metadata attempt; between attempts connection failures are checked
+REQUEST_TIMEOUT_S = 30.0  # any later admin request
+TERMINAL_WIDTH_PIPED = 240  # table width when stdout is not a terminal, so rows are never wrapped
+HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^\s:,\[\]]+):(\d{1,5})$")
+
+# librdkafka errors that mean "the bootstrap servers cannot be reached at all".
+CONNECTION_FAILURES = {KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._ALL_BROKERS_DOWN}
+
+# How to mend what a broker refused, by error code; the message names what was refused.
+HINTS = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART: "list topics with `kspec topics list`, create one with `kspec topics create`",
+    KafkaError.TOPIC_ALREADY_EXISTS: "pick another name, or change it with `kspec topics alter`",
+    KafkaError.INVALID_PARTITIONS: "partition counts must be at least 1 and can only grow",
+    KafkaError.INVALID_REPLICATION_FACTOR: "the replication factor must be between 1 and the number of brokers",
+    KafkaError.INVALID_CONFIG: "see the topic configs Kafka documents; values must parse",
+    KafkaError.TOPIC_EXCEPTION: "topic names use only letters, digits, '.', '_' and '-'",
+    KafkaError.GROUP_ID_NOT_FOUND: "list groups with `kspec groups list`",
+    KafkaError.NON_EMPTY_GROUP: "stop the group's consumers first",
+    KafkaError.UNKNOWN_MEMBER_ID: "stop the group's consumers first",
+    KafkaError.GROUP_SUBSCRIBED_TO_TOPIC: "stop the group's consumers first",
+    KafkaError.UNSUPPORTED_VERSION: "this broker does not offer the request this command needs",
+    KafkaError._UNSUPPORTED_FEATURE: "this broker does not offer the request this command needs",
+    KafkaError.INVALID_REQUEST: "this broker does not offer the request this command needs",
+    KafkaError._TIMED_OUT: "the broker did not answer in time; check that it is running and reachable",
+    KafkaError.REQUEST_TIMED_OUT: "the broker did not answer in time; check that it is running and reachable",
+    KafkaError.NOT_CONTROLLER: "the cluster has no active controller; check `kspec cluster status`",
+    KafkaError.COORDINATOR_NOT_AVAILABLE: "the group coordinator is not available yet; retry shortly",
+}
+
+
+class OpsError(click.ClickException):
+    """The broker side failed: printed as one line, exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
+class BadUsage(click.ClickException):
+    """The arguments are wrong: printed as one line, exit code 2."""
+
+    exit_code = EXIT_USAGE
+
+
+def broker_error(what: str, error: KafkaError | KafkaException | Exception) -> OpsError:
+    """`what` failed because the broker (or the client talking to it) said `error`."""
+    if isinstance(error, KafkaException):
+        error = error.args[0]
+    if not isinstance(error, KafkaError):
+        return OpsError(f"{what}: {error}")
+    reason = error.str()
+    hint = HINTS.get(error.code())
+    return OpsError(f"{what}: {reason}" + (f"; {hint}" if hint else ""))
+
+
+# ---- click: one-line usage errors, and the shared options -------------------------------
+
+
+def _usage_in_one_line(error: click.UsageError, ctx: click.Context) -> click.UsageError:
+    if isinstance(error, click.exceptions.NoArgsIsHelpError):  # a bare group: click prints its help
+        return error
+    return BadUsage(f"{error.format_message()} (see `{ctx.command_path} --help`)")
+
+
+class OpsCommand(click.Command):
+    """A command whose usage errors are one line (click prints usage and a hint otherwise)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _usage_in_one_line(e, ctx) from None
+
+
+class OpsGroup(click.Group):
+    """A group of OpsCommands, itself with one-line usage errors."""
+
+    command_class = OpsCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise _usage_in_one_line(e, ctx) from None
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as e:
+            raise _usage_in_one_line(e, ctx) from None
+
+
+def parse_bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """HOST:PORT[,HOST:PORT...] with a port in range, returned normalised (no spaces)."""
+    servers = [s.strip() for s in value.split(",") if s.strip()]
+    if not servers:
+        raise click.BadParameter("give at least one HOST:PORT", ctx, param)
+    for server in servers:
+        match = HOST_PORT.match(server)
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise click.BadParameter(f"{server!r} is not HOST:PORT (for example 127.0.0.1:9092)", ctx, param)
+    return ",".join(servers)
+
+
+bootstrap_option = click.option(
+    "--bootstrap-servers", "--bootstrap-server", "-b", "bootstrap", required=True, envvar=BOOTSTRAP_ENVVAR,
+    callback=parse_bootstrap, metavar="HOST:PORT[,...]",
+    help=f"Brokers to connect to first (or set {BOOTSTRAP_ENVVAR}).")
+
+
+def parse_configs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """Repeated `--config key=value` options as a dict."""
+    configs = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not key=value (for example retention.ms=60000)", ctx, param)
+        configs[name] = value
+    return configs
+
+
+# ---- clients ------------------------------------------------------------------------------
+
+
+class ConnectionWatch:
+    """librdkafka's error callback: remembers why the brokers cannot be reached.
+
+    librdkafka retries connections forever and reports failures only through this callback,
+    so a command checks `unreachable` to give up early instead of waiting out a timeout.
+    """
+
+    def __init__(self) -> None:
+        self.first_failure: str | None = None
+        self.all_brokers_down = False
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() not in CONNECTION_FAILURES:
+            return
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.all_brokers_down = True
+        elif self.first_failure is None:
+            # "host:port/bootstrap: Connect to ipv4#... failed: Connection refused (after 0ms in state CONNECT)"
+            reason = error.str().rsplit(": ", 1)[-1]
+            self.first_failure = re.sub(r"\s*\(after .*\)$", "", reason)
+
+    @property
+    def unreachable(self) -> bool:
+        return self.all_brokers_down
+
+
+def client_config(bootstrap: str, watch: ConnectionWatch, **overrides) -> dict:
+    """A confluent-kafka config: quiet logs (errors reach us through `watch`), no topic auto-creation."""
+    config = {"bootstrap.servers": bootstrap, "error_cb": watch, "log_level": 0}
+    config.update(overrides)
+    return config
+
+
+def await_metadata(client, watch: ConnectionWatch, bootstrap: str, topic: str | None = None):
+    """The cluster's metadata (for one topic, or all), failing fast when no broker answers."""
+    deadline = time.monotonic() + METADATA_TIMEOUT_S
+    while True:
+        try:
+            metadata = client.list_topics(topic, timeout=METADATA_ATTEMPT_S)
+            break
+        except KafkaException as e:
+            client.poll(0)  # serves error_cb, which tells whether the brokers are down
+            if watch.unreachable:
+                reason = watch.first_failure or "no broker answered"
+                raise OpsError(f"cannot reach {bootstrap}: {reason}; "
+                               "check --bootstrap-servers and that the broker is running") from None
+            if time.monotonic() > deadline:
+                raise broker_error(f"no metadata from {bootstrap}", e) from None
+    if topic is not None:
+        require_topic(metadata, topic)
+    return metadata
+
+
+def require_topic(metadata, topic: str):
+    """The topic's metadata, or a one-line error when the cluster does not have it."""
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        raise OpsError(f"topic {topic!r} does not exist; {HINTS[KafkaError.UNKNOWN_TOPIC_OR_PART]}")
+    if found.error is not None:
+        raise broker_error(f"topic {topic!r}", found.error)
+    return found
+
+
+def result(what: str, future, timeout_s: float = REQUEST_TIMEOUT_S):
+    """The value of an admin future, or a one-line error naming `what` failed."""
+    try:
+        return future.result(timeout=timeout_s)
+    except KafkaException as e:
+        raise broker_error(what, e) from None
+    except TimeoutError:
+        raise OpsError(f"{what}: no answer within {timeout_s:.0f}s; check that the broker is running") from None
+
+
+# ---- output -------------------------------------------------------------------------------
+
+
+def console() -> Console:
+    out = Console(highlight=False, soft_wrap=False)
+    if not out.is_terminal:
+        out = Console(highlight=False, soft_wrap=False, width=TERMINAL_WIDTH_PIPED)
+    return out
+
+
+def print_table(columns: list[str], rows: list[list], title: str | None = None) -> None:
+    """A plain table: a header row, then one line per row, columns aligned."""
+    table = Table(*columns, title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False, header_style="bold")
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    console().print(table)
+
+
+def node_list(nodes) -> str:
+    return ",".join(str(getattr(node, "id", node)) for node in nodes) or "-"
