@@ -15,6 +15,11 @@ SUBCOMMANDS = {
     "demo": ("kspec.demo:demo", "The main job: broker, clients, checks, report."),
     "spec": ("spec.cli:spec", "Explore the executable specification's models."),
     "check": ("spark_validation.cli:check", "Check a recorded history with Spark."),
+    "topics": ("kspec.ops.topics:topics", "Create, list, describe, alter and delete topics."),
+    "produce": ("kspec.ops.produce:produce", "Send lines from stdin to a topic."),
+    "consume": ("kspec.ops.consume:consume", "Print a topic's records as text or JSON lines."),
+    "groups": ("kspec.ops.groups:groups", "List, describe, reset and delete consumer groups."),
+    "cluster": ("kspec.ops.cluster:cluster", "Cluster state: brokers, controller quorum, partitions."),
 }
 
 
