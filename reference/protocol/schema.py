@@ -1,9 +1,9 @@
 """Kafka's JSON message definitions, loaded into one field layout per (message, version).
 
 The definitions are Apache Kafka's own (`clients/src/main/resources/common/message/*.json`),
-read from the copy kafka-python ships in `kafka/protocol/schemas/resources/`, then from
-kspec's `reference/protocol/definitions/` (which adds APIs that copy lacks and replaces a
-file of the same message name). A definition gives each field a type, the versions it exists
+read as files (never imported) from the copy kafka-python ships in
+`kafka/protocol/schemas/resources/`, then from kspec's `reference/protocol/definitions/`
+(which adds APIs that copy lacks and replaces a file of the same message name). A definition gives each field a type, the versions it exists
 in (`versions`), may be null in (`nullableVersions`) or is tagged in (`taggedVersions` + `tag`),
 and a `default`; the message's `flexibleVersions` switch strings, bytes and arrays to their
 compact encodings and add a tagged-field section to every struct. Nested structs are declared
@@ -16,7 +16,7 @@ computed once per (message, version) and cached.
 from __future__ import annotations
 
 import functools
-import importlib.resources
+import importlib.util
 import json
 import re
 from dataclasses import dataclass
@@ -25,7 +25,7 @@ from typing import Any
 
 from reference.protocol.primitives import ZERO_UUID
 
-KAFKA_DEFINITIONS_PACKAGE = "kafka.protocol.schemas.resources"
+KAFKA_DEFINITIONS_SUBDIR = ("protocol", "schemas", "resources")  # inside the installed `kafka` package
 KSPEC_DEFINITIONS_DIR = Path(__file__).with_name("definitions")
 
 PRIMITIVE_TYPES = frozenset(
@@ -135,15 +135,20 @@ def _parse_definition(text: str) -> MessageDefinition:
     )
 
 
+def _kafka_definitions_dir() -> Path:
+    # Located, not imported: importing kafka-python would load its whole client.
+    spec = importlib.util.find_spec("kafka")
+    assert spec is not None and spec.submodule_search_locations, "kafka-python is not installed"
+    directory = Path(spec.submodule_search_locations[0]).joinpath(*KAFKA_DEFINITIONS_SUBDIR)
+    assert directory.is_dir(), f"no message definitions in {directory}"
+    return directory
+
+
 @functools.cache
 def definitions() -> dict[str, MessageDefinition]:
     """Every message definition by name: kafka-python's copies, then kspec's own."""
-    texts = [
-        entry.read_text(encoding="utf-8")
-        for entry in sorted(importlib.resources.files(KAFKA_DEFINITIONS_PACKAGE).iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".json")
-    ]
-    texts += [path.read_text(encoding="utf-8") for path in sorted(KSPEC_DEFINITIONS_DIR.glob("*.json"))]
+    paths = sorted(_kafka_definitions_dir().glob("*.json")) + sorted(KSPEC_DEFINITIONS_DIR.glob("*.json"))
+    texts = [path.read_text(encoding="utf-8") for path in paths]
     by_name: dict[str, MessageDefinition] = {}
     for text in texts:
         definition = _parse_definition(text)
