@@ -78,7 +78,8 @@ class LogSegment:
         at the first batch that is incomplete or invalid. Returns the bytes cut."""
         self.offset_index.reset()
         self.time_index.reset()
-        self.size_bytes = os.path.getsize(self.log_path)
+        file_bytes = os.path.getsize(self.log_path)
+        self.size_bytes = 0
         self.next_offset = self.base_offset
         self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, -1
         self.first_batch_timestamp = NO_TIMESTAMP
@@ -89,10 +90,10 @@ class LogSegment:
                 break
             self._index_batch(batch, position)
             valid_bytes = position + batch.size_bytes
-        cut_bytes = self.size_bytes - valid_bytes
+        assert self.size_bytes == valid_bytes, (self.size_bytes, valid_bytes)
+        cut_bytes = file_bytes - valid_bytes
         if cut_bytes:
             os.truncate(self.log_path, valid_bytes)
-            self.size_bytes = valid_bytes
         self.time_index_final_entry()
         self.offset_index.flush()
         self.time_index.flush()

@@ -1,0 +1,127 @@
+"""Recovery on open: torn tails, corrupt bytes, lost index files, clean-shutdown markers.
+
+A crash is simulated by dropping the Log without close(): no marker is written, so the next
+open scans the active segment."""
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from conftest import make_batch, read_all
+from reference.storage import LogConfig
+from reference.storage.log import CLEAN_SHUTDOWN_FILE
+
+CONFIG = LogConfig(segment_bytes=4_000, index_interval_bytes=200)
+
+
+def crash(log) -> None:
+    """Release file handles without flushing anything of our own or writing the marker."""
+    for segment in log.segments:
+        segment.close()
+
+
+def fill(log, batches: int) -> list[int]:
+    """Append batches of 3 records; return the base offsets."""
+    return [log.append_as_leader(make_batch(3, tag=i), leader_epoch=1, now_ms=0).first_offset for i in range(batches)]
+
+
+@pytest.mark.guarantee("DUR-2")
+def test_torn_tail_is_cut_at_the_last_whole_batch(open_log, caplog):
+    log = open_log(CONFIG)
+    bases = fill(log, 50)
+    active = log.active_segment
+    last_position, last = max(active.batches_from(0), key=lambda found: found[0])
+    last_batch = bytes(last.buffer)
+    crash(log)
+    for cut in (last_position + 1, last_position + 30):  # cut the last batch mid-way
+        with open(active.log_path, "ab") as f:
+            f.truncate(last_position)
+            f.write(last_batch[:cut - last_position])
+        with caplog.at_level(logging.WARNING):
+            reopened = open_log(CONFIG)
+        assert reopened.log_end_offset == bases[-1]
+        assert os.path.getsize(active.log_path) == last_position
+        assert [r.offset for r in read_all(reopened)] == list(range(bases[-1]))
+        assert "cut" in caplog.text
+        crash(reopened)
+    reopened = open_log(CONFIG)
+    assert reopened.append_as_leader(make_batch(1), 1, now_ms=0).first_offset == bases[-1]
+
+
+def test_a_corrupt_byte_in_the_last_batch_loses_only_that_batch(open_log):
+    log = open_log(CONFIG)
+    bases = fill(log, 50)
+    active = log.active_segment
+    positions = [position for position, _ in active.batches_from(0)]
+    crash(log)
+    with open(active.log_path, "r+b") as f:
+        f.seek(positions[-1] + 70)  # inside the records, covered by the CRC
+        byte = f.read(1)
+        f.seek(positions[-1] + 70)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    reopened = open_log(CONFIG)
+    assert reopened.log_end_offset == bases[-1]
+    assert [r.offset for r in read_all(reopened)] == list(range(bases[-1]))
+
+
+def test_a_corrupt_batch_in_the_middle_cuts_everything_after_it(open_log):
+    log = open_log(LogConfig(segment_bytes=1 << 20))
+    bases = fill(log, 20)
+    active = log.active_segment
+    positions = [position for position, _ in active.batches_from(0)]
+    crash(log)
+    with open(active.log_path, "r+b") as f:
+        f.seek(positions[10] + 30)  # base timestamp of batch 10
+        f.write(b"\xff\xff")
+    reopened = open_log()
+    assert reopened.log_end_offset == bases[10]
+    assert os.path.getsize(active.log_path) == positions[10]
+
+
+def test_missing_index_files_are_rebuilt_identically(open_log, log_dir):
+    log = open_log(CONFIG)
+    fill(log, 200)
+    log.close()
+    index_files = sorted(name for name in os.listdir(log_dir) if name.endswith((".index", ".timeindex")))
+    original = {name: open(os.path.join(log_dir, name), "rb").read() for name in index_files}
+    for name in index_files:
+        os.remove(os.path.join(log_dir, name))
+    reopened = open_log(CONFIG)
+    reopened.close()
+    assert {name: open(os.path.join(log_dir, name), "rb").read() for name in index_files} == original
+    assert len(original) > 4 and any(original.values())
+
+
+def test_a_malformed_index_file_is_rebuilt(open_log, log_dir):
+    log = open_log(CONFIG)
+    fill(log, 100)
+    first = log.segments[0]
+    log.close()
+    with open(first.offset_index.path, "ab") as f:
+        f.write(b"\x00\x00\x00")  # not a whole entry
+    reopened = open_log(CONFIG)
+    assert reopened.segments[0].offset_index.keys == first.offset_index.keys
+    assert [r.offset for r in read_all(reopened)] == list(range(300))
+
+
+def test_clean_shutdown_marker_is_consumed_on_open(open_log, log_dir):
+    log = open_log(CONFIG)
+    fill(log, 10)
+    log.close()
+    assert os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+    reopened = open_log(CONFIG)
+    assert not os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE))
+    assert (reopened.log_end_offset, len(read_all(reopened))) == (30, 30)
+
+
+def test_reopen_keeps_timestamps_for_retention_and_lookups(open_log):
+    log = open_log(CONFIG)
+    for i in range(100):
+        log.append_as_leader(make_batch(2, timestamp_ms=i * 10), leader_epoch=0, now_ms=0)
+    expected = [(s.base_offset, s.max_timestamp) for s in log.segments]
+    log.close()
+    reopened = open_log(CONFIG)
+    assert [(s.base_offset, s.max_timestamp) for s in reopened.segments] == expected
+    assert reopened.offset_for_timestamp(505) == (102, 510)
