@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from reference.protocol.primitives import ProtocolDecodeError, Reader, Writer
+from reference.protocol.primitives import ProtocolDecodeError, Reader, Writer, nbytes
 from reference.protocol.schema import EMPTY, FieldLayout, StructLayout
 
 Decoder = Callable[[Reader], Any]
@@ -322,7 +322,7 @@ def _records_encoder(compact: bool, nullable: bool) -> Encoder:
                 writer.bytes(None, nullable)
             return
         chunks = value if isinstance(value, (list, tuple)) else (value,)
-        size = sum(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk) for chunk in chunks)
+        size = sum(nbytes(chunk) for chunk in chunks)
         if compact:
             writer.unsigned_varint(size + 1)
         else:

@@ -9,7 +9,8 @@
 
 Encoders return a whole frame: the int32 size, the header of the right version, the body.
 `body` is a Struct or a Mapping (nested dicts and lists allowed); a field it lacks takes the
-definition's default, and fields of other versions are ignored.
+definition's default; fields of other versions are ignored, and a name the definition does
+not know fails an assertion (a typo would otherwise be sent as a default).
 
 Records. A `records` field decodes to a zero-copy memoryview of the input (or None), which
 stays valid as long as the input buffer does; call bytes() on it to keep it apart. To encode,
@@ -34,7 +35,7 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.codec import Decoder, Encoder, Struct, compile_decoder, compile_encoder
 from reference.protocol.errors import ErrorCode
 from reference.protocol.headers import read_response_header, write_request_header, write_response_header
-from reference.protocol.primitives import INT16, INT32, ProtocolDecodeError, Reader, Writer
+from reference.protocol.primitives import INT16, INT32, ProtocolDecodeError, Reader, Writer, nbytes
 
 __all__ = [
     "ProtocolDecodeError",
@@ -110,7 +111,7 @@ def decode_response(api_key: int, api_version: int, frame_body: bytes | bytearra
 
 def _finish_frame(writer: Writer) -> list[bytes | bytearray | memoryview]:
     chunks = writer.chunks()
-    size = sum(chunk.nbytes if isinstance(chunk, memoryview) else len(chunk) for chunk in chunks) - FRAME_SIZE_BYTES
+    size = sum(nbytes(chunk) for chunk in chunks) - FRAME_SIZE_BYTES
     INT32.pack_into(chunks[0], 0, size)  # chunks[0] is the Writer's own bytearray: it holds the header
     return chunks
 

@@ -220,9 +220,6 @@ class Writer:
         self.buffer = bytearray()
         self._chunks: list[bytes | bytearray | memoryview] = []
 
-    def size_bytes(self) -> int:
-        return len(self.buffer) + sum(_nbytes(chunk) for chunk in self._chunks)
-
     def chunks(self) -> list[bytes | bytearray | memoryview]:
         if self.buffer:
             self._chunks.append(self.buffer)
@@ -282,7 +279,7 @@ class Writer:
 
     def raw(self, data: bytes | bytearray | memoryview) -> None:
         """Bytes as they are; a large value is spliced in as its own chunk, not copied."""
-        if _nbytes(data) >= SPLICE_BYTES_MIN:
+        if nbytes(data) >= SPLICE_BYTES_MIN:
             self.chunks()
             self._chunks.append(data)
         else:
@@ -312,7 +309,7 @@ class Writer:
             assert nullable, "null given for non-nullable bytes"
             self.int32(-1)
             return
-        self.int32(_nbytes(value))
+        self.int32(nbytes(value))
         self.raw(value)
 
     def compact_bytes(self, value: bytes | None, nullable: bool = False) -> None:
@@ -320,7 +317,7 @@ class Writer:
             assert nullable, "null given for non-nullable bytes"
             self.buffer.append(0)
             return
-        self.unsigned_varint(_nbytes(value) + 1)
+        self.unsigned_varint(nbytes(value) + 1)
         self.raw(value)
 
     def array_count(self, count: int | None, nullable: bool = False) -> None:
@@ -339,9 +336,10 @@ class Writer:
             assert tag > previous_tag, f"tagged fields out of order: {tag} after {previous_tag}"
             previous_tag = tag
             self.unsigned_varint(tag)
-            self.unsigned_varint(_nbytes(value))
+            self.unsigned_varint(nbytes(value))
             self.buffer += value
 
 
-def _nbytes(data: bytes | bytearray | memoryview) -> int:
+def nbytes(data: bytes | bytearray | memoryview) -> int:
+    """The size in bytes of a bytes-like value (a memoryview's len counts items, not bytes)."""
     return data.nbytes if isinstance(data, memoryview) else len(data)
