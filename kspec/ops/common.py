@@ -10,6 +10,7 @@ says whose side failed, so scripts can branch on it:
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 
@@ -179,9 +180,18 @@ class ConnectionWatch:
         return self.all_brokers_down
 
 
+def quiet_logger() -> logging.Logger:
+    """librdkafka's log lines are for its developers; what a user must know reaches error_cb."""
+    logger = logging.getLogger("kspec.ops.librdkafka")
+    logger.propagate = False
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+    return logger
+
+
 def client_config(bootstrap: str, watch: ConnectionWatch, **overrides) -> dict:
-    """A confluent-kafka config: quiet logs (errors reach us through `watch`), no topic auto-creation."""
-    config = {"bootstrap.servers": bootstrap, "error_cb": watch, "log_level": 0}
+    """A confluent-kafka config whose connection errors reach `watch` and whose logs stay quiet."""
+    config = {"bootstrap.servers": bootstrap, "error_cb": watch, "logger": quiet_logger()}
     config.update(overrides)
     return config
 
