@@ -199,7 +199,7 @@ def compile_encoder(layout: StructLayout) -> Encoder:
     tagged = [(field.tag, field.name, _field_encoder(field)) for field in layout.tagged_fields]
     # Kafka writes a tagged field only when its value differs from the default (KIP-482).
     tagged_default_bytes = {}
-    for tag, name, encode in tagged:
+    for tag, _name, encode in tagged:
         default_writer = Writer()
         encode(default_writer, _MISSING)
         tagged_default_bytes[tag] = default_writer.getvalue()
