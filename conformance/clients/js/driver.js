@@ -21,8 +21,13 @@ CompressionCodecs[CompressionTypes.LZ4] = () => ({
   compress: async (encoder) => Buffer.from(lz4.compress(encoder.buffer)),
   decompress: async (buffer) => Buffer.from(lz4.decompress(buffer)),
 })
+let zstdReady = null // the wasm module is instantiated once; re-instantiating it mid-run corrupts output
 CompressionCodecs[CompressionTypes.ZSTD] = () => ({
-  compress: async (encoder) => { await zstdWasm.init(); return Buffer.from(zstdWasm.compress(encoder.buffer, 3)) },
+  compress: async (encoder) => {
+    zstdReady = zstdReady || zstdWasm.init()
+    await zstdReady
+    return Buffer.from(zstdWasm.compress(encoder.buffer, 3))
+  },
   decompress: async (buffer) => Buffer.from(fzstd.decompress(buffer)),
 })
 
