@@ -137,9 +137,11 @@ class Log:
                       if name.endswith(SNAPSHOT_SUFFIX))
 
     def _load_producer_state(self) -> None:
-        """Latest snapshot at or below the log end offset, then replay the batches after it."""
+        """Latest snapshot at or below the log end offset, then replay the batches after it.
+        Replay starts at the first segment, not the log start offset: batches below the log
+        start that are still on disk still tell which sequences a producer has written."""
         self.producer_state = ProducerStateManager()
-        replay_from = self._log_start_offset
+        replay_from = self.segments[0].base_offset
         for offset in reversed(self._snapshot_offsets()):
             path = os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX))
             if offset > self.log_end_offset:
@@ -152,7 +154,7 @@ class Log:
                 log.warning("%s: ignoring unreadable producer snapshot %s: %s", self.dir_path, path, e)
                 os.remove(path)
                 continue
-            replay_from = max(offset, self._log_start_offset)
+            replay_from = max(offset, self.segments[0].base_offset)
             break
         for batch in self._batches_from(replay_from):
             if batch.producer_id >= 0 and batch.base_offset >= replay_from:
@@ -349,6 +351,13 @@ class Log:
             segment.delete_files()
         del self.segments[keep + 1:]
         self.active_segment.truncate_to(offset)
+        if self.log_end_offset < self._log_start_offset:
+            # the batch holding `offset` began below the log start: nothing readable is left
+            # (Kafka's truncateFullyAndStartAt)
+            self.active_segment.delete_files()
+            self.segments = [LogSegment.create(self.dir_path, self._log_start_offset,
+                                               index_interval_bytes=self.config.index_interval_bytes,
+                                               created_ms=self.active_segment.created_ms)]
         for snapshot_offset in self._snapshot_offsets():
             if snapshot_offset > self.log_end_offset:
                 os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
