@@ -352,9 +352,11 @@ class Log:
         del self.segments[keep + 1:]
         self.active_segment.truncate_to(offset)
         if self.log_end_offset < self._log_start_offset:
-            # the batch holding `offset` began below the log start: nothing readable is left
-            # (Kafka's truncateFullyAndStartAt)
+            # the batch holding `offset` began below the log start: nothing readable is left.
+            # Start empty at the log start, with no producer state (Kafka's truncateFullyAndStartAt).
             self.active_segment.delete_files()
+            for snapshot_offset in self._snapshot_offsets():
+                os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
             self.segments = [LogSegment.create(self.dir_path, self._log_start_offset,
                                                index_interval_bytes=self.config.index_interval_bytes,
                                                created_ms=self.active_segment.created_ms)]

@@ -27,7 +27,7 @@ class LogMachine(RuleBasedStateMachine):
         self.dir_path = tempfile.mkdtemp(prefix="kspec-log-machine-")
         self.now_ms = 0
         self.log = Log(self.dir_path + "/t-0", CONFIG, now_ms=self.now_ms)
-        self.batches: list[tuple[int, int, bytes]] = []  # (base offset, count, value tag) per stored batch
+        self.batches: list[tuple[int, int]] = []  # (base offset, last offset) of each stored batch
         self.values: dict[int, bytes] = {}  # offset -> value, the model's records
         self.log_start_offset = 0
         self.log_end_offset = 0
@@ -46,6 +46,7 @@ class LogMachine(RuleBasedStateMachine):
         for i, record in enumerate(batch.records()):
             self.values[info.first_offset + i] = record.value
         self.log_end_offset = info.last_offset + 1
+        self.batches.append((info.first_offset, info.last_offset))
         return info.first_offset, info.last_offset
 
     @rule(count=st.integers(1, 5), value_bytes=st.integers(0, 150), tag=st.integers(0, 25), compression=st.sampled_from([0, 1, 3]))
@@ -102,9 +103,12 @@ class LogMachine(RuleBasedStateMachine):
     def truncate(self, data):
         offset = data.draw(st.integers(self.log_start_offset, self.log_end_offset))
         self.log.truncate_to(offset)
-        assert self.log.log_end_offset <= offset or offset == self.log_end_offset
-        assert self.log.log_end_offset >= self.log_start_offset
-        self.log_end_offset = self.log.log_end_offset
+        self.batches = [(base, last) for base, last in self.batches if last < offset]
+        if offset < self.log_end_offset:
+            self.log_end_offset = self.batches[-1][1] + 1 if self.batches else 0
+        if self.log_end_offset < self.log_start_offset:  # nothing readable left: start empty, no producer state
+            self.log_end_offset = self.log_start_offset
+            self.batches, self.idempotent = [], []
         self.values = {o: v for o, v in self.values.items() if o < self.log_end_offset}
         self.idempotent = [entry for entry in self.idempotent if entry[2] < self.log_end_offset]
         if self.idempotent:  # the producer's state rolls back with its batches
