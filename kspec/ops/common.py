@@ -16,6 +16,9 @@ import time
 
 import click
 from confluent_kafka import KafkaError, KafkaException
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError as KafkaPythonError
+from kafka.protocol.api_key import ApiKey
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -34,6 +37,7 @@ BOOTSTRAP_ENVVAR = "KSPEC_BOOTSTRAP_SERVERS"
 METADATA_TIMEOUT_S = 10.0  # how long a command waits for the cluster to answer its first request
 METADATA_ATTEMPT_S = 0.5  # one metadata attempt; between attempts connection failures are checked
 REQUEST_TIMEOUT_S = 30.0  # any later admin request
+PROBE_TIMEOUT_MS = 5_000  # reading a broker's ApiVersions with kafka-python
 TERMINAL_WIDTH_PIPED = 240  # table width when stdout is not a terminal, so rows are never wrapped
 HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^\s:,\[\]]+):(\d{1,5})$")
 
@@ -224,6 +228,48 @@ def require_topic(metadata, topic: str):
     if found.error is not None:
         raise broker_error(f"topic {topic!r}", found.error)
     return found
+
+
+class ApiVersionsProbe:
+    """The API keys a broker advertises in ApiVersions, and kafka-python's admin client to use them.
+
+    confluent-kafka keeps ApiVersions to itself, and librdkafka waits out its timeout rather
+    than fail when a broker lacks an API; asking first turns that wait into a clear message.
+    kafka-python also sends DescribeQuorum, which confluent-kafka does not offer. When the
+    answer cannot be read, `api_keys` is None and `failure` says why; checks then pass.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.client: KafkaAdminClient | None = None
+        self.api_keys: set[ApiKey] | None = None
+        self.failure: str | None = None
+        try:
+            self.client = KafkaAdminClient(bootstrap_servers=bootstrap.split(","),
+                                           bootstrap_timeout_ms=PROBE_TIMEOUT_MS,
+                                           request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000))
+            self.api_keys = set(self.client.api_versions())
+        except KafkaPythonError as e:
+            self.failure = str(e)
+
+    def offers(self, api_key: ApiKey) -> bool | None:
+        return None if self.api_keys is None else api_key in self.api_keys
+
+    def require(self, api_key: ApiKey, feature: str) -> None:
+        if self.offers(api_key) is False:
+            raise OpsError(f"this broker does not offer {feature} ({api_key.name} is not in its ApiVersions); "
+                           "use a broker that does")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+
+def require_api(bootstrap: str, api_key: ApiKey, feature: str) -> None:
+    probe = ApiVersionsProbe(bootstrap)
+    try:
+        probe.require(api_key, feature)
+    finally:
+        probe.close()
 
 
 def result(what: str, future, timeout_s: float = REQUEST_TIMEOUT_S):

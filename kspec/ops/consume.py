@@ -13,9 +13,10 @@ import time
 
 import click
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+from kafka.protocol.api_key import ApiKey
 
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, BadUsage, ConnectionWatch, OpsCommand, OpsError,
-                              await_metadata, bootstrap_option, broker_error, client_config)
+                              await_metadata, bootstrap_option, broker_error, client_config, require_api)
 from kspec.ops.lines import FIELDS, PrintedRecord, decode, format_json, format_text
 
 POLL_INTERVAL_S = 0.2  # one poll; Ctrl-C and the idle timeout are checked between polls
@@ -83,6 +84,8 @@ def consume(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
         "group.id": group or ASSIGN_GROUP_ID, "enable.auto.commit": bool(group),
         "auto.offset.reset": "earliest" if from_beginning else "latest", "isolation.level": isolation}))
     metadata = await_metadata(consumer, watch, bootstrap, topic)
+    if group:
+        require_api(bootstrap, ApiKey.FindCoordinator, "consumer groups")
     partitions = sorted(metadata.topics[topic].partitions)
     if partition is not None and partition not in partitions:
         raise OpsError(f"topic {topic!r} has no partition {partition}; it has partitions 0 to {len(partitions) - 1}")

@@ -1,0 +1,118 @@
+"""`kspec cluster status`: the brokers, the controller quorum, and partitions that are
+under-replicated or offline (as kafka-metadata-quorum.sh and kafka-topics.sh --describe
+--under-replicated-partitions / --unavailable-partitions show them).
+
+Brokers and partitions come from DescribeCluster and Metadata through confluent-kafka. The
+quorum comes from DescribeQuorum (KIP-595), which confluent-kafka does not offer, so that one
+request goes through kafka-python, and only when the broker advertises it in ApiVersions.
+"""
+from __future__ import annotations
+
+import time
+
+import click
+from confluent_kafka.admin import AdminClient
+from kafka.errors import KafkaError as KafkaPythonError
+from kafka.protocol.api_key import ApiKey
+
+from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, ApiVersionsProbe, ConnectionWatch, OpsError, OpsGroup,
+                              await_metadata, bootstrap_option, client_config, node_list, print_table, result)
+
+NO_LEADER = -1
+NO_TIMESTAMP = -1
+
+
+@click.group(cls=OpsGroup, invoke_without_command=True, epilog=EXIT_CODES_EPILOG)
+@click.pass_context
+def cluster(ctx: click.Context) -> None:
+    """Inspect a cluster.
+
+    \b
+    Example:
+      kspec cluster status -b 127.0.0.1:9092
+    """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+@cluster.command(epilog=EXIT_CODES_EPILOG)
+@bootstrap_option
+def status(bootstrap: str) -> None:
+    """Show brokers, the controller quorum, and under-replicated and offline partitions.
+
+    The quorum (leader, epoch, voters and their lag) is shown when the broker offers
+    DescribeQuorum; otherwise the output says it is not offered.
+
+    \b
+    Example:
+      kspec cluster status -b 127.0.0.1:9092
+    """
+    watch = ConnectionWatch()
+    admin = AdminClient(client_config(bootstrap, watch))
+    metadata = await_metadata(admin, watch, bootstrap)
+    description = result("cannot describe the cluster", admin.describe_cluster(request_timeout=REQUEST_TIMEOUT_S))
+    controller = description.controller.id if description.controller else None
+    click.echo(f"Cluster: {description.cluster_id}  Controller: {controller if controller is not None else '-'}  "
+               f"Brokers: {len(description.nodes)}")
+    print_table(["BROKER", "HOST", "PORT", "RACK", "CONTROLLER"],
+                [[n.id, n.host, n.port, n.rack, "yes" if n.id == controller else ""]
+                 for n in sorted(description.nodes, key=lambda n: n.id)])
+    click.echo()
+    show_quorum(bootstrap)
+    click.echo()
+    show_partition_health(metadata)
+
+
+def show_quorum(bootstrap: str) -> None:
+    probe = ApiVersionsProbe(bootstrap)
+    try:
+        offered = probe.offers(ApiKey.DescribeQuorum)
+        if offered is None:
+            click.echo(f"Controller quorum: unknown (cannot read the broker's ApiVersions: {probe.failure}).")
+            return
+        if not offered:
+            click.echo("Controller quorum: not offered by this broker (DescribeQuorum is not in its ApiVersions).")
+            return
+        quorum = probe.client.describe_metadata_quorum()
+    except KafkaPythonError as e:
+        raise OpsError(f"cannot describe the controller quorum: {e}") from None
+    finally:
+        probe.close()
+    partition = quorum["topics"][0]["partitions"][0]
+    if partition.get("error"):
+        raise OpsError(f"cannot describe the controller quorum: {partition['error']}")
+    leader_end_offset = next((v["log_end_offset"] for v in partition["current_voters"]
+                              if v["replica_id"] == partition["leader_id"]), partition["high_watermark"])
+    click.echo(f"Controller quorum: leader {partition['leader_id']}  epoch {partition['leader_epoch']}  "
+               f"high watermark {partition['high_watermark']}")
+    now_ms = int(time.time() * 1000)
+    rows = []
+    for role, replicas in (("voter", partition["current_voters"]), ("observer", partition.get("observers", []))):
+        for replica in replicas:
+            is_leader = replica["replica_id"] == partition["leader_id"]
+            rows.append([replica["replica_id"], "leader" if is_leader else role, replica["log_end_offset"],
+                         leader_end_offset - replica["log_end_offset"],
+                         age_ms(now_ms, replica.get("last_fetch_timestamp", NO_TIMESTAMP)),
+                         age_ms(now_ms, replica.get("last_caught_up_timestamp", NO_TIMESTAMP))])
+    print_table(["NODE", "ROLE", "LOG-END-OFFSET", "LAG", "LAST-FETCH-AGO-MS", "LAST-CAUGHT-UP-AGO-MS"], rows)
+
+
+def age_ms(now_ms: int, timestamp_ms: int) -> int | None:
+    return None if timestamp_ms == NO_TIMESTAMP else max(0, now_ms - timestamp_ms)
+
+
+def show_partition_health(metadata) -> None:
+    """Under-replicated: fewer in-sync replicas than replicas. Offline: no leader."""
+    under_replicated, offline = [], []
+    for name, topic in sorted(metadata.topics.items()):
+        for index, p in sorted(topic.partitions.items()):
+            row = [name, index, p.leader if p.leader != NO_LEADER else None, node_list(p.replicas), node_list(p.isrs)]
+            if p.leader == NO_LEADER:
+                offline.append(row)
+            elif len(p.isrs) < len(p.replicas):
+                under_replicated.append(row)
+    columns = ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"]
+    for label, rows in (("Under-replicated partitions", under_replicated), ("Offline partitions", offline)):
+        click.echo(f"{label}: {len(rows) or 'none'}")
+        if rows:
+            print_table(columns, rows)
