@@ -1,0 +1,1 @@
+"""The models of the executable specification, one module each: log, replication, group, idempotence."""
