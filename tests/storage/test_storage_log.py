@@ -210,3 +210,16 @@ def test_config_properties_round_trip_and_validation():
         with pytest.raises(KafkaError) as error:
             LogConfig.from_properties({key: value})
         assert error.value.code == ErrorCode.INVALID_CONFIG and key in str(error.value)
+
+
+def test_file_handles_stay_bounded_as_segments_grow(open_log):
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    log = open_log(LogConfig(segment_bytes=500, index_interval_bytes=100))
+    for i in range(300):
+        log.append_as_leader(make_batch(2, tag=i), leader_epoch=0, now_ms=0)
+        log.read(max(0, log.log_end_offset - 50), 1 << 16)
+    assert len(log.segments) > 50
+    assert open_fds() - before <= 3  # the active segment's log, offset index and time index
