@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, validate_produce
+from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
 from reference.storage.config import LogConfig
 from reference.storage.producer_state import ProducerStateManager
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
@@ -60,7 +60,7 @@ class LogReadInfo:
 
 class Log:
     """A partition's segment log. Public interface used by the broker:
-    append_as_leader, read, log_start_offset, log_end_offset, offset_for_timestamp,
+    append_as_leader, append_as_follower, read, log_start_offset, log_end_offset, offset_for_timestamp,
     max_timestamp_offset, delete_records_before, truncate_to, enforce_retention,
     flush, close, delete, and the read-only `producer_state`."""
 
@@ -191,6 +191,33 @@ class Log:
         return LogAppendInfo(appended.base_offset, appended.last_offset,
                              now_ms if log_append_time_ms is not None else -1,
                              self._log_start_offset, appended.records_count)
+
+    def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> LogAppendInfo:
+        """Append batches fetched from the partition leader as they are: the leader's offsets
+        and partition leader epochs are kept. Each batch must start at the log end offset and
+        carry a valid CRC (KafkaError CORRUPT_MESSAGE otherwise); nothing is deduplicated,
+        since the leader already decided what the log holds."""
+        batches = list(iter_batches(records))
+        if sum(batch.size_bytes for batch in batches) != len(records):
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched records do not form whole batches")
+        first_offset = next_offset = self.log_end_offset
+        for batch in batches:  # all checked before any is appended
+            if not isinstance(batch, RecordBatch) or not batch.crc_is_valid():
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a fetched batch is not a v2 batch with a valid CRC")
+            if batch.base_offset != next_offset:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"fetched batch starts at {batch.base_offset}, "
+                                 f"not at offset {next_offset}")
+            next_offset = batch.next_offset
+        for batch in batches:
+            self._maybe_roll(batch, now_ms)
+            self.active_segment.append(batch)
+            if batch.producer_id >= 0:
+                self.producer_state.update(batch)
+            self._unflushed_records += batch.records_count
+        if self._unflushed_records >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms)
+        return LogAppendInfo(first_offset, self.log_end_offset - 1, -1, self._log_start_offset,
+                             sum(batch.records_count for batch in batches))
 
     def _maybe_roll(self, batch: RecordBatch, now_ms: int) -> None:
         """Start a new segment when this batch would overflow segment.bytes, the active
