@@ -50,6 +50,19 @@ class BrokerConfig:
     log_flush_interval_messages: int = 2**63 - 1
     log_flush_interval_ms: int = 2**63 - 1
     log_flush_scheduler_interval_ms: int = 1000
+    # Group coordinator (reference/coordinator/). offsets.topic.num.partitions is 50 in Kafka;
+    # one node keeps every partition open, so kspec's default is smaller.
+    offsets_topic_num_partitions: int = 8
+    offsets_topic_segment_bytes: int = 100 * MiB
+    offsets_retention_minutes: int = 7 * 24 * 60
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2**31 - 1
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -12,6 +12,21 @@ from reference.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from reference.handlers.groups import (
+    handle_consumer_group_describe,
+    handle_consumer_group_heartbeat,
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from reference.handlers.metadata import handle_describe_cluster, handle_metadata
 from reference.handlers.offsets import handle_delete_records, handle_list_offsets
 from reference.handlers.produce import handle_produce
@@ -34,5 +49,18 @@ HANDLERS = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
+    ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,  # a coroutine: waits for the join phase
+    ApiKey.SYNC_GROUP: handle_sync_group,  # a coroutine: waits for the leader's assignment
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
 }
 assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS)

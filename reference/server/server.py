@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import logging
 import time
 
 from reference.handlers import HANDLERS
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.fetch import read_fetch
+from reference.handlers.groups import tick_groups
 from reference.node.broker import Broker
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS, is_supported
@@ -73,6 +75,7 @@ class BrokerServer:
         while True:
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
             self.broker.tick(now_ms())
+            tick_groups(self.broker, now_ms())
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -112,6 +115,8 @@ class BrokerServer:
             response = await self._fetch(request, context)
         else:
             response = HANDLERS[api_key](self.broker, request, context)
+            if inspect.isawaitable(response):  # JoinGroup and SyncGroup wait for their rebalance phase
+                response = await response
             self.purgatory.notify(self.broker.appended)
             self.broker.appended.clear()
         if response is None:
