@@ -1,0 +1,65 @@
+"""The namespace layer: real isolation by iptables DROP, healing, and cleanup after a crash."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from faults import net
+from faults_helpers import can_connect, network_name, start_listeners, wait_until
+
+
+def test_each_node_has_its_own_address_reachable_from_the_host_and_the_other_nodes(network):
+    start_listeners(network)
+    addresses = {network.node_address(n) for n in range(3)}
+    assert len(addresses) == 3 and network.host_address not in addresses
+    assert all(can_connect(network, None, n) for n in range(3))
+    assert can_connect(network, 0, 1) and can_connect(network, 2, 0)
+
+
+def test_an_isolated_node_cannot_reach_the_others_until_healed(network):
+    start_listeners(network)
+    network.partition({0: {1, 2}, 1: {0}, 2: {0}})
+    assert sorted(network.drop_rules(0)) == [f"{network.node_address(n)}/32" for n in (1, 2)]
+    assert not can_connect(network, 0, 1) and not can_connect(network, 0, 2)
+    assert not can_connect(network, 1, 0) and not can_connect(network, 2, 0)
+    assert can_connect(network, 1, 2), "the majority side still talks"
+    assert can_connect(network, None, 0), "clients on the host are not partitioned"
+    network.heal()
+    assert network.drop_rules(0) == []
+    assert can_connect(network, 0, 1) and can_connect(network, 2, 0)
+
+
+def test_partition_adds_nothing_to_the_host_tables(network):
+    before = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    network.partition({1: {2}})
+    assert subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout == before
+
+
+def test_clean_all_removes_namespaces_links_and_processes_of_a_crashed_harness(namespaces_available, tmp_path):
+    """A harness killed with -9 leaves its state file; clean_all deletes what it names."""
+    name, state_dir = network_name(), tmp_path / "state"
+    code = (f"import sys, subprocess, time\nfrom pathlib import Path\nfrom faults.net import Network\n"
+            f"n = Network('{name}', 2, state_dir=Path('{state_dir}'))\nn.create()\n"
+            "p = subprocess.Popen(n.wrap(1, ['sleep', '600']))\nprint(p.pid, flush=True)\ntime.sleep(600)")
+    harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        sleeper_pid = int(harness.stdout.readline())
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        assert sorted(net.leftovers(name)) == sorted([f"{name}-n0", f"{name}-n1", f"{name}-v0", f"{name}-v1", f"{name}-br"])
+    finally:
+        removed = net.clean_all(state_dir)
+    assert f"namespace {name}-n0" in removed and f"link {name}-br" in removed
+    assert net.leftovers(name) == []
+    assert not list(state_dir.glob("*.json"))
+    assert wait_until(lambda: not os.path.exists(f"/proc/{sleeper_pid}") or
+                      open(f"/proc/{sleeper_pid}/stat").read().split()[2] == "Z", 5.0)
+
+
+def test_state_file_names_everything_before_it_exists(network):
+    state = json.loads(network.state_path.read_text())
+    assert state["namespaces"] == [network.namespace(n) for n in range(3)]
+    assert state["bridge"] == network.bridge and state["subnet"] == str(network.subnet)
