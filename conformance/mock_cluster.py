@@ -6,6 +6,8 @@ unless set), which is what makes it useful: the kit must report its gaps honestl
 
 `python -m conformance.mock_cluster --brokers 3` runs one in its own process and prints
 `ready bootstrap=HOST:PORT,...`; `MockCluster` does that from Python and stops it.
+`--as-shipped` leaves the mock's ControllerId at 0, as librdkafka ships it: that is the
+target the conformance suite's published mock report describes.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def _librdkafka() -> ctypes.CDLL:
     return ctypes.CDLL(libs[0])
 
 
-def serve(broker_count: int) -> None:
+def serve(broker_count: int, *, set_controller_id: bool = True) -> None:
     """Run a mock cluster in this process until SIGTERM/SIGINT (driven through librdkafka's C API)."""
     lib = _librdkafka()
     lib.rd_kafka_conf_new.restype = ctypes.c_void_p
@@ -54,7 +56,7 @@ def serve(broker_count: int) -> None:
         raise RuntimeError("rd_kafka_mock_cluster_new failed")
     # Clients such as kafkajs send admin and InitProducerId requests to the controller, and the
     # mock reports ControllerId 0 (no such broker; its ids start at 1) unless told otherwise.
-    if hasattr(lib, "rd_kafka_mock_set_controller_id"):
+    if set_controller_id and hasattr(lib, "rd_kafka_mock_set_controller_id"):
         lib.rd_kafka_mock_set_controller_id.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.rd_kafka_mock_set_controller_id(cluster, 1)
     print("ready bootstrap=" + lib.rd_kafka_mock_cluster_bootstraps(cluster).decode(), flush=True)
@@ -67,14 +69,16 @@ def serve(broker_count: int) -> None:
 class MockCluster:
     """A mock cluster in a child process; use as a context manager."""
 
-    def __init__(self, broker_count: int = 3) -> None:
+    def __init__(self, broker_count: int = 3, *, as_shipped: bool = False) -> None:
         self.broker_count = broker_count
+        self.as_shipped = as_shipped
         self.process: subprocess.Popen | None = None
         self.bootstrap = ""
 
     def __enter__(self) -> "MockCluster":
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "conformance.mock_cluster", "--brokers", str(self.broker_count)],
+            [sys.executable, "-m", "conformance.mock_cluster", "--brokers", str(self.broker_count)]
+            + (["--as-shipped"] if self.as_shipped else []),
             stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         if "bootstrap=" not in line:
@@ -92,7 +96,10 @@ class MockCluster:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--brokers", type=int, default=3, help="number of mock brokers (default 3)")
-    serve(parser.parse_args().brokers)
+    parser.add_argument("--as-shipped", action="store_true",
+                        help="leave ControllerId at the mock's 0 (not a broker id) instead of setting it to 1")
+    args = parser.parse_args()
+    serve(args.brokers, set_controller_id=not args.as_shipped)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,112 @@
+"""Wire-level operations the suite builds its checks from, and the way a check reports a failure.
+
+Each operation picks the highest version that the broker, kspec's codec and the operation's
+own range allow (Capabilities.version), sends one exact request and returns the part of the
+response a test looks at. `expect` turns a failed check into a message that says what was
+expected and what was seen.
+"""
+from __future__ import annotations
+
+import time
+
+from conformance.capabilities import Capabilities
+from conformance.wire import WireClient
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.records import Record, RecordBatch, build_batch, iter_batches
+
+PRODUCE_RANGE = (3, 12)  # v3 brings RecordBatch v2; v13 names topics by id (KIP-516)
+FETCH_RANGE = (4, 12)  # v4 brings isolation_level and the LSO; v13 names topics by id
+LIST_OFFSETS_RANGE = (1, 9)  # v7 adds MAX_TIMESTAMP (-3), v8 EARLIEST_LOCAL, v9 LATEST_TIERED
+REQUEST_TIMEOUT_MS = 10_000
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3  # KIP-734
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+
+def expect(condition: bool, expected: str, seen: object) -> None:
+    """Fail with 'expected ...; seen ...' unless condition holds."""
+    if not condition:
+        raise AssertionError(f"expected {expected}; seen {seen}")
+
+
+def values_batch(values: list[bytes], *, keys: list[bytes | None] | None = None, timestamp_ms: int | None = None,
+                 **batch_fields) -> bytes:
+    """One RecordBatch v2 holding the values (and keys) with one timestamp, as a producer builds it."""
+    timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    keys = keys or [None] * len(values)
+    return build_batch([Record(timestamp=timestamp_ms, key=k, value=v) for k, v in zip(keys, values)], **batch_fields)
+
+
+def produce(wire: WireClient, caps: Capabilities, topic: str, records: bytes, *, partition: int = 0,
+            acks: int = -1, transactional_id: str | None = None):
+    """The partition response of one Produce request (acks=0 must use send_produce_without_response)."""
+    assert acks in (-1, 1), "acks=0 gets no response; use send_produce"
+    version = caps.version_or_skip(ApiKey.PRODUCE, *PRODUCE_RANGE)
+    response = wire.request(ApiKey.PRODUCE, version, produce_body(topic, records, partition, acks, transactional_id))
+    return response.responses[0].partition_responses[0]
+
+
+def produce_body(topic: str, records: bytes, partition: int, acks: int, transactional_id: str | None = None) -> dict:
+    return {"transactional_id": transactional_id, "acks": acks, "timeout_ms": REQUEST_TIMEOUT_MS,
+            "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
+
+
+def fetch(wire: WireClient, caps: Capabilities, topic: str, offset: int, *, partition: int = 0,
+          max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 1 << 20,
+          partition_max_bytes: int = 1 << 20, isolation_level: int = READ_UNCOMMITTED, timeout_s: float | None = None):
+    """The partition data of one Fetch request (no fetch session)."""
+    version = caps.version_or_skip(ApiKey.FETCH, *FETCH_RANGE)
+    response = wire.request(ApiKey.FETCH, version, {
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
+                                                     "log_start_offset": -1,
+                                                     "partition_max_bytes": partition_max_bytes}]}],
+        "forgotten_topics_data": [], "rack_id": ""}, timeout_s=timeout_s)
+    assert response.get("error_code", 0) == 0, f"Fetch answered top-level error {response.error_code}"
+    return response.responses[0].partitions[0]
+
+
+def batches_of(partition_data) -> list[RecordBatch]:
+    """The v2 batches in a fetch response's records (a trailing partial batch is dropped, as clients do)."""
+    records = partition_data.records
+    return [b for b in iter_batches(bytes(records))] if records else []
+
+
+def fetched_records(partition_data) -> list[Record]:
+    """The data records of a fetch response, control batches left out."""
+    return [r for batch in batches_of(partition_data) if not batch.is_control for r in batch.records()]
+
+
+def read_all(wire: WireClient, caps: Capabilities, topic: str, *, partition: int = 0, start_offset: int = 0,
+             isolation_level: int = READ_UNCOMMITTED) -> list[Record]:
+    """Every data record from start_offset to the end the broker serves (HW, or LSO for read_committed)."""
+    records: list[Record] = []
+    offset = start_offset
+    while True:
+        data = fetch(wire, caps, topic, offset, partition=partition, isolation_level=isolation_level)
+        expect(data.error_code == 0, f"Fetch {topic}-{partition} at {offset} to succeed", f"error {data.error_code}")
+        batches = batches_of(data)
+        if not batches:
+            return [r for r in records if r.offset >= start_offset]
+        records += [r for b in batches if not b.is_control for r in b.records()]
+        offset = batches[-1].next_offset
+
+
+def list_offset(wire: WireClient, caps: Capabilities, topic: str, timestamp: int, *, partition: int = 0,
+                low_version: int = LIST_OFFSETS_RANGE[0], isolation_level: int = READ_UNCOMMITTED):
+    version = caps.version_or_skip(ApiKey.LIST_OFFSETS, low_version, LIST_OFFSETS_RANGE[1])
+    response = wire.request(ApiKey.LIST_OFFSETS, version, {
+        "replica_id": -1, "isolation_level": isolation_level,
+        "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
+                                                   "current_leader_epoch": -1}]}]})
+    return response.topics[0].partitions[0]
+
+
+def high_watermark(wire: WireClient, caps: Capabilities, topic: str, partition: int = 0) -> int:
+    """The latest offset ListOffsets reports: the high watermark, for read_uncommitted."""
+    return list_offset(wire, caps, topic, LATEST_TIMESTAMP, partition=partition).offset

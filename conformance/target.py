@@ -1,0 +1,202 @@
+"""The broker under test: where it is, how to reach it, what it offers, and how to set up topics.
+
+A Target is built once per run from the command line. It opens raw wire connections (TLS
+when the client properties ask for it), creates uniquely named topics (through CreateTopics
+when the broker offers it, otherwise through Metadata auto-creation), translates client
+properties (librdkafka names, e.g. security.protocol, sasl.username) for each client, and
+stops and starts nodes when the run was given commands for that.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shlex
+import ssl
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+from conformance.capabilities import METADATA_VERSION_RANGE, Capabilities, discover
+from conformance.wire import WireClient
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+
+TOPIC_READY_TIMEOUT_S = 30.0
+NODE_COMMAND_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.1
+
+# librdkafka property -> kafka-python / aiokafka keyword. Only these travel to the Python clients.
+_PYTHON_CLIENT_PROPERTIES = {
+    "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+}
+
+
+class TopicSetupFailed(AssertionError):
+    """A topic the test needs could not be created: the test fails, naming the broker's answer."""
+
+
+@dataclass
+class Target:
+    bootstrap: str
+    clients: tuple[str, ...]
+    quick: bool = False
+    properties: dict[str, str] = field(default_factory=dict)
+    node_start_command: str | None = None  # shell template with {node_id}
+    node_stop_command: str | None = None
+    _capabilities: Capabilities | None = None
+    _topic_numbers = itertools.count(1)
+
+    # -- connections
+
+    @property
+    def first_address(self) -> str:
+        return self.bootstrap.split(",")[0].strip()
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL")
+
+    def wire(self, address: str | None = None) -> WireClient:
+        """A raw connection to one broker (the first bootstrap address by default)."""
+        if self.uses_sasl:
+            pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
+        return WireClient(address or self.first_address, ssl_context=self._ssl_context())
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if self.properties.get("security.protocol", "PLAINTEXT").upper() != "SSL":
+            return None
+        context = ssl.create_default_context(cafile=self.properties.get("ssl.ca.location"))
+        if "ssl.certificate.location" in self.properties:
+            context.load_cert_chain(self.properties["ssl.certificate.location"],
+                                    self.properties.get("ssl.key.location"))
+        return context
+
+    @property
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            with self.wire() as wire:
+                self._capabilities = discover(wire)
+        return self._capabilities
+
+    def refresh_capabilities(self) -> Capabilities:
+        self._capabilities = None
+        return self.capabilities
+
+    # -- client configuration
+
+    def rdkafka_config(self, **extra) -> dict:
+        """A confluent-kafka configuration for this target, client properties included."""
+        return {"bootstrap.servers": self.bootstrap, **self.properties, **extra}
+
+    def client_extra(self, client: str) -> dict:
+        """The client properties in the named client's own vocabulary (its driver's `extra`)."""
+        if client in ("confluent-kafka", "kcat"):
+            return dict(self.properties)
+        if client in ("kafka-python", "aiokafka"):
+            unknown = sorted(set(self.properties) - set(_PYTHON_CLIENT_PROPERTIES))
+            if unknown:
+                pytest.skip(f"{client} takes no equivalent of client properties {', '.join(unknown)}")
+            return {_PYTHON_CLIENT_PROPERTIES[k]: v for k, v in self.properties.items()}
+        if self.properties:
+            pytest.skip(f"the {client} driver takes no client properties")
+        return {}
+
+    # -- topics
+
+    def new_topic_name(self, purpose: str) -> str:
+        return f"kspec-{purpose}-{os.getpid()}-{next(self._topic_numbers)}-{uuid.uuid4().hex[:6]}"
+
+    def create_topic(self, purpose: str, partitions: int = 1, *, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None) -> str:
+        """A new topic; returns its name once every partition has a leader.
+
+        Without CreateTopics the topic is auto-created through Metadata, which cannot pass
+        configs or a partition count: a test that needs them is skipped with that reason.
+        """
+        name = self.new_topic_name(purpose)
+        caps = self.capabilities
+        version = caps.version(ApiKey.CREATE_TOPICS, 2, 7)
+        with self.wire() as wire:
+            if version is None:
+                if configs:
+                    pytest.skip(f"topic configs {sorted(configs)} need CreateTopics, which the broker does not offer")
+                self._metadata(wire, name, auto_create=True)
+            else:
+                response = wire.request(ApiKey.CREATE_TOPICS, version, {
+                    "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                                "assignments": [], "configs": [{"name": k, "value": v}
+                                                               for k, v in (configs or {}).items()]}],
+                    "timeout_ms": int(TOPIC_READY_TIMEOUT_S * 1000), "validate_only": False})
+                result = response.topics[0]
+                if result.error_code != ErrorCode.NONE:
+                    raise TopicSetupFailed(f"CreateTopics {name} partitions={partitions} configs={configs} "
+                                           f"answered {error_name(result.error_code)}: {result.get('error_message')}")
+            count = self.wait_for_leaders(wire, name)
+        if count < partitions:
+            pytest.skip(f"needs {partitions} partitions; auto-created topics on this broker get {count}")
+        return name
+
+    def wait_for_leaders(self, wire: WireClient, topic: str, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
+        """Waits until Metadata shows a leader for every partition of topic; returns the partition count."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            metadata = self._metadata(wire, topic, auto_create=False)
+            found = metadata.topics[0] if metadata.topics else None
+            if (found is not None and found.error_code == ErrorCode.NONE and found.partitions
+                    and all(p.leader_id >= 0 for p in found.partitions)):
+                return len(found.partitions)
+            if time.monotonic() > deadline:
+                raise TopicSetupFailed(f"topic {topic} has no leader for every partition after {timeout_s:.0f} s: "
+                                       f"{found!r}")
+            time.sleep(POLL_INTERVAL_S)
+
+    def leader_wire(self, topic: str, partition: int = 0) -> WireClient:
+        """A raw connection to the current leader of one partition."""
+        leader_id = self.partition_leaders(topic)[partition]
+        leader = self.capabilities.broker(leader_id)
+        if leader is None:
+            raise TopicSetupFailed(f"{topic}-{partition} has leader {leader_id}, which Metadata does not list")
+        return self.wire(leader.address)
+
+    def partition_leaders(self, topic: str) -> dict[int, int]:
+        with self.wire() as wire:
+            metadata = self._metadata(wire, topic, auto_create=False)
+        return {p.partition_index: p.leader_id for p in metadata.topics[0].partitions}
+
+    def _metadata(self, wire: WireClient, topic: str, *, auto_create: bool):
+        version = self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
+        return wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
+                                                       "allow_auto_topic_creation": auto_create})
+
+    # -- node control
+
+    @property
+    def controls_nodes(self) -> bool:
+        return bool(self.node_start_command and self.node_stop_command)
+
+    def stop_node(self, node_id: int) -> None:
+        self._run_node_command(self.node_stop_command, node_id)
+
+    def start_node(self, node_id: int) -> None:
+        self._run_node_command(self.node_start_command, node_id)
+
+    def _run_node_command(self, template: str | None, node_id: int) -> None:
+        assert template, "no node command configured"
+        command = template.format(node_id=node_id)
+        done = subprocess.run(shlex.split(command), capture_output=True, timeout=NODE_COMMAND_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"node command {command!r} exited {done.returncode}: {done.stderr.decode()[-500:]}")
+
+
+def error_name(code: int) -> str:
+    """An error code as NAME (n), for messages."""
+    try:
+        return f"{ErrorCode(code).name} ({code})"
+    except ValueError:
+        return f"error {code}"
