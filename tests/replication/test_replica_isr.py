@@ -1,0 +1,106 @@
+"""The leader's bookkeeping: HW over the ISR, ISR shrink and expansion, acks=all outcomes,
+and the leader-epoch cache with its checkpoint file."""
+from __future__ import annotations
+
+import pytest
+
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.replication import LeaderEpochCache
+
+from .conftest import ACKS_ALL
+
+
+def test_high_watermark_is_the_minimum_log_end_offset_over_the_isr(partition):
+    p = partition([0, 1, 2])
+    p.elect(leader=0, epoch=1, isr=[0, 1, 2])
+    for value in (b"a", b"b", b"c"):
+        p.produce(0, value)
+    p.catch_up(1)
+    assert p[0].high_watermark == 0, "broker 2 has not fetched in this epoch"
+    p.truncate(2)
+    p.fetch(2)
+    p.fetch(2)
+    assert p[0].high_watermark == 3 and p[1].high_watermark == 0
+    p.fetch(1)
+    assert p[1].high_watermark == 3
+
+
+def test_a_lagging_follower_is_dropped_after_replica_lag_time_max_ms(partition):
+    p = partition([0, 1, 2], replica_lag_time_max_ms=1_000)
+    p.elect(leader=0, epoch=1, isr=[0, 1, 2])
+    p.produce(0, b"a")
+    p.catch_up(1)
+    p.now_ms = 1_000
+    assert p[0].maybe_shrink_isr(p.now_ms) is None
+    p.fetch(1)
+    p.now_ms = 1_001
+    request = p[0].maybe_shrink_isr(p.now_ms)
+    assert request is not None and request.new_isr == (0, 1)
+    assert p[0].high_watermark == 0, "until the controller commits, the HW still waits for broker 2"
+    p.commit_alter_partition(0)
+    p.fetch(1)
+    assert p[0].isr == (0, 1) and p[0].high_watermark == 1
+
+
+def test_a_follower_rejoins_only_after_reaching_the_leader_epoch_start(partition):
+    p = partition([0, 1])
+    p.elect(leader=0, epoch=1, isr=[0])
+    p.produce(0, b"a")
+    p.produce(0, b"b")
+    p.elect(leader=0, epoch=2, isr=[0])  # the leader epoch now starts at offset 2
+    p.truncate(1)
+    p.fetch(1)
+    assert p[0].pending_alter_partition is None, "offset 0 is below the HW but not the epoch start"
+    p.fetch(1)
+    assert p[0].pending_alter_partition.new_isr == (0, 1)
+    assert p[0].maximal_isr == (0, 1), "the HW already counts the replica being added"
+    p.produce(0, b"c")
+    assert p[0].high_watermark == 2
+    p.commit_alter_partition(0)
+    p.fetch(1)
+    p.fetch(1)
+    assert p[0].isr == (0, 1) and p[0].high_watermark == 3
+
+
+def test_acks_all_below_min_insync_replicas(partition):
+    p = partition([0, 1], min_insync_replicas=2)
+    p.elect(leader=0, epoch=1, isr=[0])
+    with pytest.raises(KafkaError) as refused:
+        p.produce(0, b"a", acks=ACKS_ALL)
+    assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert p[0].log.log_end_offset == 0
+    p.elect(leader=0, epoch=1, isr=[0, 1])  # same epoch, newer partition epoch: ISR grows
+    p.elect(leader=0, epoch=2, isr=[0, 1])
+    p.truncate(1)
+    required = p.produce(0, b"b", acks=ACKS_ALL)
+    assert p[0].acks_all_status(required) is None, "waiting for broker 1"
+    p.now_ms = 40_000  # broker 1 never fetches: dropped, and the HW moves on without it
+    p[0].maybe_shrink_isr(p.now_ms)
+    p.commit_alter_partition(0)
+    assert p[0].isr == (0,) and p[0].high_watermark == required
+    assert p[0].acks_all_status(required) == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
+def test_a_deposed_leader_answers_not_leader(partition):
+    p = partition([0, 1])
+    p.elect(leader=0, epoch=1, isr=[0, 1])
+    required = p.produce(0, b"a", acks=ACKS_ALL)
+    p.elect(leader=1, epoch=2, isr=[0, 1])
+    assert p[0].acks_all_status(required) == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    with pytest.raises(KafkaError) as refused:
+        p.produce(0, b"b")
+    assert refused.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_leader_epoch_cache_answers_and_survives_a_restart(tmp_path):
+    cache = LeaderEpochCache.in_dir(str(tmp_path))
+    cache.assign(0, 0)
+    cache.assign(2, 120)
+    cache.assign(5, 300)
+    assert cache.end_offset_for(5, log_end_offset=400) == (5, 400)
+    assert cache.end_offset_for(3, log_end_offset=400) == (2, 300), "KIP-279: the epoch the answer belongs to"
+    assert cache.end_offset_for(1, log_end_offset=400) == (0, 120)
+    assert cache.end_offset_for(6, log_end_offset=400) == (-1, -1)
+    assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 120\n5 300\n"
+    cache.truncate_from_end(200)
+    assert [entry.epoch for entry in LeaderEpochCache.in_dir(str(tmp_path)).entries] == [0, 2]
