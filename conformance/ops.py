@@ -82,19 +82,28 @@ def fetched_records(partition_data) -> list[Record]:
     return [r for batch in batches_of(partition_data) if not batch.is_control for r in batch.records()]
 
 
-def read_all(wire: WireClient, caps: Capabilities, topic: str, *, partition: int = 0, start_offset: int = 0,
-             isolation_level: int = READ_UNCOMMITTED) -> list[Record]:
-    """Every data record from start_offset to the end the broker serves (HW, or LSO for read_committed)."""
-    records: list[Record] = []
+def read_batches(wire: WireClient, caps: Capabilities, topic: str, *, partition: int = 0, start_offset: int = 0,
+                 isolation_level: int = READ_UNCOMMITTED) -> list[RecordBatch]:
+    """Every batch from start_offset to the end the broker serves (HW, or LSO for read_committed)."""
+    batches: list[RecordBatch] = []
     offset = start_offset
     while True:
         data = fetch(wire, caps, topic, offset, partition=partition, isolation_level=isolation_level)
         expect(data.error_code == 0, f"Fetch {topic}-{partition} at {offset} to succeed", f"error {data.error_code}")
-        batches = batches_of(data)
-        if not batches:
-            return [r for r in records if r.offset >= start_offset]
-        records += [r for b in batches if not b.is_control for r in b.records()]
-        offset = batches[-1].next_offset
+        fetched = batches_of(data)
+        if not fetched:
+            return batches
+        batches += fetched
+        offset = fetched[-1].next_offset
+
+
+def read_all(wire: WireClient, caps: Capabilities, topic: str, *, partition: int = 0, start_offset: int = 0,
+             isolation_level: int = READ_UNCOMMITTED) -> list[Record]:
+    """Every data record from start_offset to the end the broker serves; control batches left out.
+    (Aborted records are not filtered: read_committed here means "up to the LSO".)"""
+    batches = read_batches(wire, caps, topic, partition=partition, start_offset=start_offset,
+                           isolation_level=isolation_level)
+    return [r for b in batches if not b.is_control for r in b.records() if r.offset >= start_offset]
 
 
 def list_offset(wire: WireClient, caps: Capabilities, topic: str, timestamp: int, *, partition: int = 0,
