@@ -1,0 +1,373 @@
+"""A sans-IO Raft core in the shape of KRaft (KIP-595): pull-based replication of the
+metadata log among the controller quorum's voters.
+
+Roles: FOLLOWER (with or without a known leader), PROSPECTIVE (asking for pre-votes,
+KIP-996), CANDIDATE, LEADER. Followers pull entries with Fetch(fetch_offset,
+last_fetched_epoch); the leader answers with entries, or with the epoch where the
+follower's log diverges from its own (KIP-595 replaces AppendEntries consistency checks
+with this), or with a snapshot when the follower is behind the log start (FetchSnapshot,
+folded into the Fetch answer here). The leader's high watermark is the offset a majority
+of voters have fetched past, and only moves once an entry of its own epoch is in it
+(Raft §5.4.2: a new leader first commits the LeaderChange entry it appends).
+
+Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs: messages in
+`outbox` (taken by the caller), committed entries via `take_committed()`. The durable state
+is `epoch`, `voted_for` and `log`; the caller persists them before sending the outbox.
+Randomness (election timeout jitter) comes from the `random.Random` passed in.
+"""
+from __future__ import annotations
+
+import enum
+import random as random_module
+from dataclasses import dataclass, field
+from typing import Any
+
+NO_LEADER = -1
+NOT_VOTED = -1
+FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
+
+
+class RaftRole(enum.Enum):
+    FOLLOWER = "follower"
+    PROSPECTIVE = "prospective"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True)
+class Entry:
+    epoch: int
+    record: Any  # a metadata record (a dict), or LEADER_CHANGE
+
+
+LEADER_CHANGE = {"type": "LeaderChangeMessage"}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The state machine's state after every entry below `end_offset`."""
+    end_offset: int
+    last_epoch: int
+    state: Any
+
+
+@dataclass(frozen=True)
+class VoteRequest:
+    candidate_id: int
+    candidate_epoch: int
+    last_offset_epoch: int
+    last_offset: int  # the candidate's log end offset
+    pre_vote: bool
+
+
+@dataclass(frozen=True)
+class VoteResponse:
+    voter_id: int
+    epoch: int
+    vote_granted: bool
+    pre_vote: bool
+    leader_id: int = NO_LEADER  # the voter's leader, so a node that missed BeginQuorumEpoch finds it
+
+
+@dataclass(frozen=True)
+class BeginQuorumEpoch:
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    replica_id: int
+    epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    leader_id: int
+    epoch: int
+    fenced: bool = False  # the request's epoch is older than the leader's
+    entries: tuple[Entry, ...] = ()
+    high_watermark: int = 0
+    diverging_epoch: int = -1  # with diverging_end_offset: truncate there, then fetch again
+    diverging_end_offset: int = -1
+    snapshot: Snapshot | None = None
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
+    fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
+    fetch_interval_ms: int = 50  # how often a follower polls (KRaft long-polls instead)
+
+
+@dataclass
+class RaftNode:
+    node_id: int
+    voters: tuple[int, ...]
+    random: random_module.Random
+    config: RaftConfig = field(default_factory=RaftConfig)
+    epoch: int = 0
+    voted_for: int = NOT_VOTED
+    log: list[Entry] = field(default_factory=list)
+    snapshot: Snapshot = Snapshot(0, 0, None)
+
+    role: RaftRole = RaftRole.FOLLOWER
+    leader_id: int = NO_LEADER
+    high_watermark: int = 0
+    applied_offset: int = 0  # entries below it were handed out by take_committed
+    outbox: list[tuple[int, Any]] = field(default_factory=list)
+    _timer_deadline_ms: int = -1
+    _votes: set[int] = field(default_factory=set)
+    _fetch_sent_ms: int = -1
+    _voter_end_offsets: dict[int, int] = field(default_factory=dict)
+    _voter_last_fetch_ms: dict[int, int] = field(default_factory=dict)
+    _last_leader_contact_ms: int = -1
+    _epoch_start_offset: int = 0
+
+    def __post_init__(self) -> None:
+        assert self.node_id in self.voters, (self.node_id, self.voters)
+        self.applied_offset = self.high_watermark = self.snapshot.end_offset
+
+    # ------------------------------------------------------------ the log
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.snapshot.end_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.snapshot.end_offset + len(self.log)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.log[-1].epoch if self.log else self.snapshot.last_epoch
+
+    def _epoch_at(self, offset: int) -> int:
+        if offset == self.log_start_offset - 1 or offset < self.log_start_offset:
+            return self.snapshot.last_epoch
+        return self.log[offset - self.log_start_offset].epoch
+
+    def _end_offset_for(self, epoch: int) -> tuple[int, int]:
+        """(the largest epoch <= `epoch` in this log, the offset where that epoch ends)."""
+        if epoch >= self.last_epoch:
+            return self.last_epoch, self.log_end_offset
+        for index in range(len(self.log) - 1, -1, -1):
+            if self.log[index].epoch <= epoch:
+                return self.log[index].epoch, self.log_start_offset + index + 1
+        return self.snapshot.last_epoch, self.log_start_offset
+
+    def _append(self, entries) -> None:
+        self.log.extend(entries)
+
+    def _truncate_to(self, offset: int) -> None:
+        assert offset >= self.high_watermark, ("committed entries are never truncated", offset, self.high_watermark)
+        del self.log[offset - self.log_start_offset:]
+
+    # ------------------------------------------------------------ inputs
+
+    def tick(self, now_ms: int) -> None:
+        if self._timer_deadline_ms < 0:
+            self._reset_election_timer(now_ms)
+        if self.role is RaftRole.LEADER:
+            self._check_quorum(now_ms)
+            return
+        if self.role is RaftRole.FOLLOWER and self.leader_id != NO_LEADER and self.leader_id != self.node_id:
+            if self._fetch_sent_ms < 0 or now_ms - self._fetch_sent_ms >= self.config.fetch_interval_ms:
+                self._send_fetch(now_ms)
+        if now_ms >= self._timer_deadline_ms:
+            self._become_prospective(now_ms)
+
+    def propose(self, records: list) -> int:
+        """Append records as leader; return the offset they commit at (the HW must pass it)."""
+        assert self.role is RaftRole.LEADER, "propose on the leader only"
+        self._append(Entry(self.epoch, record) for record in records)
+        self._maybe_advance_high_watermark()
+        return self.log_end_offset
+
+    def take_committed(self) -> list[tuple[int, Entry]]:
+        """(offset, entry) for every entry newly below the high watermark, in order."""
+        committed = [(offset, self.log[offset - self.log_start_offset])
+                     for offset in range(self.applied_offset, self.high_watermark)]
+        self.applied_offset = self.high_watermark
+        return committed
+
+    def take_snapshot(self, end_offset: int, state: Any) -> None:
+        """The state machine's state after the entries below `end_offset` (<= applied): the log
+        can forget them (Raft §7)."""
+        assert self.log_start_offset <= end_offset <= self.applied_offset, (end_offset, self.applied_offset)
+        last_epoch = self._epoch_at(end_offset - 1)
+        del self.log[:end_offset - self.log_start_offset]
+        self.snapshot = Snapshot(end_offset, last_epoch, state)
+
+    def receive(self, message: Any, now_ms: int) -> None:
+        handler = {
+            VoteRequest: self._on_vote_request, VoteResponse: self._on_vote_response,
+            BeginQuorumEpoch: self._on_begin_quorum_epoch, FetchRequest: self._on_fetch_request,
+            FetchResponse: self._on_fetch_response,
+        }[type(message)]
+        handler(message, now_ms)
+
+    def take_outbox(self) -> list[tuple[int, Any]]:
+        messages, self.outbox = self.outbox, []
+        return messages
+
+    # ------------------------------------------------------------ elections
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    def _reset_election_timer(self, now_ms: int) -> None:
+        jitter_ms = self.random.randrange(self.config.election_timeout_ms)
+        self._timer_deadline_ms = now_ms + self.config.election_timeout_ms + jitter_ms
+
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
+        assert epoch >= self.epoch
+        if epoch > self.epoch:
+            self.epoch, self.voted_for = epoch, NOT_VOTED
+        self.role, self.leader_id = RaftRole.FOLLOWER, leader_id
+        self._fetch_sent_ms = -1
+        self._last_leader_contact_ms = now_ms if leader_id != NO_LEADER else -1
+        self._reset_election_timer(now_ms)
+
+    def _become_prospective(self, now_ms: int) -> None:
+        """Ask for pre-votes first: a node cut off from the quorum cannot win them, so it does not
+        disturb the leader with ever higher epochs when it comes back (KIP-996, Raft thesis §9.6)."""
+        self.role, self._votes = RaftRole.PROSPECTIVE, {self.node_id}
+        self._reset_election_timer(now_ms)
+        self._request_votes(self.epoch + 1, pre_vote=True)
+        self._maybe_win(now_ms)
+
+    def _become_candidate(self, now_ms: int) -> None:
+        self.epoch, self.voted_for = self.epoch + 1, self.node_id
+        self.role, self.leader_id, self._votes = RaftRole.CANDIDATE, NO_LEADER, {self.node_id}
+        self._reset_election_timer(now_ms)
+        self._request_votes(self.epoch, pre_vote=False)
+        self._maybe_win(now_ms)
+
+    def _become_leader(self, now_ms: int) -> None:
+        self.role, self.leader_id = RaftRole.LEADER, self.node_id
+        self._epoch_start_offset = self.log_end_offset
+        self._voter_end_offsets = {voter: -1 for voter in self.voters if voter != self.node_id}
+        self._voter_last_fetch_ms = {voter: now_ms for voter in self.voters if voter != self.node_id}
+        self._append([Entry(self.epoch, LEADER_CHANGE)])  # commits the earlier epochs' entries (§5.4.2)
+        for voter in self.voters:
+            if voter != self.node_id:
+                self.outbox.append((voter, BeginQuorumEpoch(self.node_id, self.epoch)))
+        self._maybe_advance_high_watermark()
+
+    def _request_votes(self, epoch: int, pre_vote: bool) -> None:
+        request = VoteRequest(self.node_id, epoch, self.last_epoch, self.log_end_offset, pre_vote)
+        self.outbox += [(voter, request) for voter in self.voters if voter != self.node_id]
+
+    def _maybe_win(self, now_ms: int) -> None:
+        if len(self._votes) < self.majority:
+            return
+        if self.role is RaftRole.PROSPECTIVE:
+            self._become_candidate(now_ms)
+        elif self.role is RaftRole.CANDIDATE:
+            self._become_leader(now_ms)
+
+    def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
+        """Grant at most one vote per epoch (§5.2), and only to a log at least as up to date as
+        ours (§5.4.1). A pre-vote changes nothing here and is refused while we still hear
+        from a leader."""
+        up_to_date = (request.last_offset_epoch, request.last_offset) >= (self.last_epoch, self.log_end_offset)
+        if request.pre_vote:
+            leader_alive = (self.role is RaftRole.LEADER or (
+                self.leader_id != NO_LEADER and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms))
+            granted = request.candidate_epoch > self.epoch and up_to_date and not leader_alive
+            self.outbox.append((request.candidate_id,
+                                VoteResponse(self.node_id, self.epoch, granted, True, self.leader_id)))
+            return
+        if request.candidate_epoch > self.epoch:
+            self._become_follower(request.candidate_epoch, NO_LEADER, now_ms)
+        granted = (request.candidate_epoch == self.epoch and self.role is RaftRole.FOLLOWER
+                   and self.leader_id == NO_LEADER and self.voted_for in (NOT_VOTED, request.candidate_id)
+                   and up_to_date)
+        if granted:
+            self.voted_for = request.candidate_id
+            self._reset_election_timer(now_ms)
+        self.outbox.append((request.candidate_id,
+                            VoteResponse(self.node_id, self.epoch, granted, False, self.leader_id)))
+
+    def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
+        if response.epoch > self.epoch or (response.epoch == self.epoch and self.leader_id == NO_LEADER
+                                           and response.leader_id not in (NO_LEADER, self.node_id)):
+            self._become_follower(response.epoch, response.leader_id, now_ms)
+            return
+        wanted = RaftRole.PROSPECTIVE if response.pre_vote else RaftRole.CANDIDATE
+        if self.role is wanted and response.vote_granted and (response.pre_vote or response.epoch == self.epoch):
+            self._votes.add(response.voter_id)
+            self._maybe_win(now_ms)
+
+    def _on_begin_quorum_epoch(self, message: BeginQuorumEpoch, now_ms: int) -> None:
+        if message.leader_epoch > self.epoch or (message.leader_epoch == self.epoch and self.role is not RaftRole.LEADER):
+            self._become_follower(message.leader_epoch, message.leader_id, now_ms)
+
+    def _check_quorum(self, now_ms: int) -> None:
+        """A leader that has not heard from a majority within the fetch timeout resigns, so a
+        partitioned leader stops answering for the quorum."""
+        heard = 1 + sum(1 for last_ms in self._voter_last_fetch_ms.values()
+                        if now_ms - last_ms < self.config.fetch_timeout_ms)
+        if heard < self.majority:
+            self._become_follower(self.epoch, NO_LEADER, now_ms)
+
+    # ------------------------------------------------------------ replication
+
+    def _send_fetch(self, now_ms: int) -> None:
+        self._fetch_sent_ms = now_ms
+        self.outbox.append((self.leader_id, FetchRequest(self.node_id, self.epoch, self.log_end_offset,
+                                                         self.last_epoch)))
+
+    def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
+        reply = lambda **fields: self.outbox.append(  # noqa: E731
+            (request.replica_id, FetchResponse(self.node_id, self.epoch, high_watermark=self.high_watermark, **fields)))
+        if request.epoch > self.epoch:
+            self._become_follower(request.epoch, NO_LEADER, now_ms)
+            return
+        if self.role is not RaftRole.LEADER or request.epoch < self.epoch:
+            if self.role is RaftRole.LEADER:
+                reply(fenced=True)
+            return
+        if request.fetch_offset < self.log_start_offset:
+            reply(snapshot=self.snapshot)
+            return
+        epoch, end_offset = self._end_offset_for(request.last_fetched_epoch)
+        if request.fetch_offset > self.log_start_offset and (epoch != request.last_fetched_epoch
+                                                             or end_offset < request.fetch_offset):
+            reply(diverging_epoch=epoch, diverging_end_offset=end_offset)
+            return
+        self._voter_last_fetch_ms[request.replica_id] = now_ms
+        self._voter_end_offsets[request.replica_id] = request.fetch_offset
+        self._maybe_advance_high_watermark()
+        start = request.fetch_offset - self.log_start_offset
+        reply(entries=tuple(self.log[start:start + FETCH_ENTRIES_MAX]))
+
+    def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
+        if response.epoch > self.epoch or (response.epoch == self.epoch and self.leader_id == NO_LEADER
+                                           and self.role is not RaftRole.LEADER):
+            self._become_follower(response.epoch, response.leader_id, now_ms)
+        if response.epoch != self.epoch or self.role is not RaftRole.FOLLOWER or response.fenced:
+            return
+        self._last_leader_contact_ms = now_ms
+        self._reset_election_timer(now_ms)
+        self._fetch_sent_ms = -1  # fetch again at the next tick
+        if response.snapshot is not None:
+            self.log, self.snapshot = [], response.snapshot
+            self.applied_offset = self.high_watermark = response.snapshot.end_offset
+            return
+        if response.diverging_end_offset >= 0:
+            _, own_end_offset = self._end_offset_for(response.diverging_epoch)
+            self._truncate_to(min(own_end_offset, response.diverging_end_offset))
+            return
+        self._append(response.entries)
+        self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log_end_offset))
+
+    def _maybe_advance_high_watermark(self) -> None:
+        offsets = sorted([self.log_end_offset, *self._voter_end_offsets.values()], reverse=True)
+        majority_offset = offsets[self.majority - 1]
+        if majority_offset > self.high_watermark and majority_offset > self._epoch_start_offset:
+            self.high_watermark = majority_offset
