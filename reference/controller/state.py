@@ -1,0 +1,271 @@
+"""The controller's metadata state machine: brokers, topics, partitions, as KRaft keeps them.
+
+Commands (register a broker, heartbeat, create a topic, AlterPartition, elect leaders)
+are checked against the current state and turned into metadata records; nothing changes
+until the records come back through `apply`, in log order, once the Raft quorum committed
+them. So every controller, and every broker replaying the metadata log, builds the same
+state. Records are JSON-able dicts named after KRaft's: RegisterBrokerRecord,
+FenceBrokerRecord, UnfenceBrokerRecord, TopicRecord, PartitionRecord,
+PartitionChangeRecord, ConfigRecord, RemoveTopicRecord.
+
+Rules, as Kafka's QuorumController applies them:
+- A broker registers with an incarnation id; the controller gives it a broker epoch. It
+  starts fenced, is unfenced by a heartbeat, and is fenced again when heartbeats stop for
+  broker.session.timeout.ms. A fenced broker leaves every ISR (not below one member) and
+  loses its leaderships to another ISR member.
+- Replicas are assigned round robin over the unfenced brokers (rack-unaware); the first
+  replica is the preferred leader.
+- Leaders come from the ISR. Only with unclean.leader.election.enable=true on the topic may
+  a live replica outside the ISR lead, and then the ISR restarts as that one replica.
+- Every change bumps the partition epoch; a change of leader bumps the leader epoch.
+- AlterPartition is accepted only from the current leader at the current leader and
+  partition epochs, with unfenced ISR members (KIP-497, KIP-841).
+No clock and no sockets: the heartbeat times it keeps are in memory, as Kafka keeps them.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from reference.protocol.errors import ErrorCode, KafkaError
+
+NO_LEADER = -1
+UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
+TOPIC_RESOURCE = 2
+
+
+@dataclass
+class BrokerRegistration:
+    broker_id: int
+    incarnation_id: str
+    broker_epoch: int
+    host: str
+    port: int
+    fenced: bool = True
+
+
+@dataclass
+class PartitionRegistration:
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+    def to_record(self, topic_id: uuid.UUID, partition_id: int) -> dict:
+        return {"type": "PartitionRecord", "topic_id": str(topic_id), "partition_id": partition_id,
+                "replicas": self.replicas, "isr": self.isr, "leader": self.leader,
+                "leader_epoch": self.leader_epoch, "partition_epoch": self.partition_epoch}
+
+
+@dataclass
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionRegistration] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ControllerState:
+    broker_session_timeout_ms: int = 9_000
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    topics: dict[uuid.UUID, TopicState] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    last_heartbeat_ms: dict[int, int] = field(default_factory=dict)  # active controller's memory only
+
+    # ------------------------------------------------------------ replay
+
+    def apply(self, record: dict) -> None:
+        kind = record["type"]
+        if kind == "RegisterBrokerRecord":
+            old = self.brokers.get(record["broker_id"])
+            assert old is None or record["broker_epoch"] > old.broker_epoch, record
+            self.brokers[record["broker_id"]] = BrokerRegistration(
+                record["broker_id"], record["incarnation_id"], record["broker_epoch"], record["host"], record["port"])
+        elif kind in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
+            broker = self.brokers[record["id"]]
+            assert broker.broker_epoch == record["epoch"], (record, broker)
+            broker.fenced = kind == "FenceBrokerRecord"
+        elif kind == "TopicRecord":
+            topic_id = uuid.UUID(record["topic_id"])
+            assert record["name"] not in self.topic_ids, record
+            self.topics[topic_id] = TopicState(record["name"], topic_id)
+            self.topic_ids[record["name"]] = topic_id
+        elif kind == "PartitionRecord":
+            topic = self.topics[uuid.UUID(record["topic_id"])]
+            topic.partitions[record["partition_id"]] = PartitionRegistration(
+                list(record["replicas"]), list(record["isr"]), record["leader"], record["leader_epoch"],
+                record["partition_epoch"])
+        elif kind == "PartitionChangeRecord":
+            partition = self.topics[uuid.UUID(record["topic_id"])].partitions[record["partition_id"]]
+            if "isr" in record:
+                partition.isr = list(record["isr"])
+            if "leader" in record:
+                partition.leader = record["leader"]
+                partition.leader_epoch += 1
+            partition.partition_epoch += 1
+            assert partition.leader == NO_LEADER or partition.leader in partition.isr, partition
+        elif kind == "ConfigRecord":
+            assert record["resource_type"] == TOPIC_RESOURCE, record
+            configs = self.topics[self.topic_ids[record["resource_name"]]].configs
+            if record["value"] is None:
+                configs.pop(record["name"], None)
+            else:
+                configs[record["name"]] = record["value"]
+        elif kind == "RemoveTopicRecord":
+            topic = self.topics.pop(uuid.UUID(record["topic_id"]))
+            del self.topic_ids[topic.name]
+        else:
+            raise ValueError(f"unknown metadata record type {kind!r}")
+
+    def snapshot_records(self) -> list[dict]:
+        """Records that rebuild this state from nothing (the metadata snapshot, Raft §7)."""
+        records = []
+        for broker in self.brokers.values():
+            records.append({"type": "RegisterBrokerRecord", "broker_id": broker.broker_id,
+                            "incarnation_id": broker.incarnation_id, "broker_epoch": broker.broker_epoch,
+                            "host": broker.host, "port": broker.port})
+            if not broker.fenced:
+                records.append({"type": "UnfenceBrokerRecord", "id": broker.broker_id, "epoch": broker.broker_epoch})
+        for topic in self.topics.values():
+            records.append({"type": "TopicRecord", "name": topic.name, "topic_id": str(topic.topic_id)})
+            records += [partition.to_record(topic.topic_id, index) for index, partition in sorted(topic.partitions.items())]
+            records += [{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": topic.name,
+                         "name": name, "value": value} for name, value in sorted(topic.configs.items())]
+        return records
+
+    # ------------------------------------------------------------ brokers
+
+    @property
+    def unfenced_broker_ids(self) -> list[int]:
+        return sorted(b.broker_id for b in self.brokers.values() if not b.fenced)
+
+    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int) -> list[dict]:
+        """BrokerRegistration: a new broker epoch for every new incarnation of the broker."""
+        old = self.brokers.get(broker_id)
+        if old is not None and old.incarnation_id == incarnation_id:
+            return []  # a retried registration
+        epoch = 1 + max((b.broker_epoch for b in self.brokers.values()), default=0)
+        self.last_heartbeat_ms[broker_id] = now_ms
+        records = [{"type": "RegisterBrokerRecord", "broker_id": broker_id, "incarnation_id": incarnation_id,
+                    "broker_epoch": epoch, "host": host, "port": port}]
+        if old is not None and not old.fenced:
+            records = self._fence_records(broker_id) + records  # the old incarnation is gone
+        return records
+
+    def heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int, want_shutdown: bool = False) -> list[dict]:
+        """BrokerHeartbeat: unfence a registered broker; on controlled shutdown, move its
+        leaderships and ISR places away first, then fence it."""
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id}")
+        if broker.broker_epoch != broker_epoch:
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
+        self.last_heartbeat_ms[broker_id] = now_ms
+        if want_shutdown:
+            return self._fence_records(broker_id) if not broker.fenced else []
+        if broker.fenced:
+            return [{"type": "UnfenceBrokerRecord", "id": broker_id, "epoch": broker_epoch}]
+        return []
+
+    def fence_expired_brokers(self, now_ms: int) -> list[dict]:
+        """Fence the first broker whose session expired. One at a time: the next one's
+        records must be computed from the state after this one's are applied."""
+        for broker_id in self.unfenced_broker_ids:
+            if now_ms - self.last_heartbeat_ms.get(broker_id, now_ms) > self.broker_session_timeout_ms:
+                return self._fence_records(broker_id)
+        return []
+
+    def _fence_records(self, broker_id: int) -> list[dict]:
+        """Leave every ISR (never emptying it) and every leadership, then be fenced."""
+        broker = self.brokers[broker_id]
+        alive = set(self.unfenced_broker_ids) - {broker_id}
+        records = []
+        for topic in self.topics.values():
+            for index, partition in topic.partitions.items():
+                if broker_id not in partition.isr and partition.leader != broker_id:
+                    continue
+                isr = [r for r in partition.isr if r != broker_id] or partition.isr
+                change = self._change(topic, index, partition, isr, alive)
+                if change:
+                    records.append(change)
+        return records + [{"type": "FenceBrokerRecord", "id": broker_id, "epoch": broker.broker_epoch}]
+
+    # ------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str]) -> list[dict]:
+        if name in self.topic_ids:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        brokers = self.unfenced_broker_ids
+        if not 1 <= replication_factor <= len(brokers):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"replication factor {replication_factor} > {len(brokers)} unfenced broker(s)")
+        topic_id = uuid.uuid4()
+        offset = len(self.topics)  # spread the first replicas of successive topics
+        records = [{"type": "TopicRecord", "name": name, "topic_id": str(topic_id)}]
+        for index in range(num_partitions):
+            replicas = [brokers[(offset + index + i) % len(brokers)] for i in range(replication_factor)]
+            records.append(PartitionRegistration(replicas, list(replicas), replicas[0]).to_record(topic_id, index))
+        records += [{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": name,
+                     "name": key, "value": value} for key, value in sorted(configs.items())]
+        return records
+
+    def alter_partition(self, broker_id: int, broker_epoch: int, topic_id: uuid.UUID, partition_id: int,
+                        leader_epoch: int, partition_epoch: int, new_isr: list[int]) -> list[dict]:
+        broker = self.brokers.get(broker_id)
+        if broker is None or broker.broker_epoch != broker_epoch:
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
+        topic = self.topics.get(topic_id)
+        if topic is None or partition_id not in topic.partitions:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic_id}-{partition_id}")
+        partition = topic.partitions[partition_id]
+        if partition.leader != broker_id or leader_epoch != partition.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {leader_epoch} != {partition.leader_epoch}")
+        if partition_epoch != partition.partition_epoch:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"partition epoch {partition_epoch} != {partition.partition_epoch}")
+        alive = set(self.unfenced_broker_ids)
+        if broker_id not in new_isr or not set(new_isr) <= set(partition.replicas):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {new_isr} for replicas {partition.replicas}")
+        if any(replica not in alive for replica in new_isr if replica not in partition.isr):
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"ISR {new_isr} adds a fenced broker")
+        return [{"type": "PartitionChangeRecord", "topic_id": str(topic_id), "partition_id": partition_id,
+                 "isr": sorted(new_isr)}]
+
+    def elect_leaders(self, preferred: bool = True) -> list[dict]:
+        """ElectLeaders / auto rebalance: give each partition its preferred (first) replica as
+        leader when that replica is alive and in the ISR; else elect offline partitions."""
+        alive = set(self.unfenced_broker_ids)
+        records = []
+        for topic in self.topics.values():
+            for index, partition in topic.partitions.items():
+                first = partition.replicas[0]
+                if preferred and partition.leader != first and first in alive and first in partition.isr:
+                    records.append({"type": "PartitionChangeRecord", "topic_id": str(topic.topic_id),
+                                    "partition_id": index, "leader": first})
+                elif partition.leader == NO_LEADER:
+                    change = self._change(topic, index, partition, partition.isr, alive)
+                    if change:
+                        records.append(change)
+        return records
+
+    def _change(self, topic: TopicState, index: int, partition: PartitionRegistration, isr: list[int],
+                alive: set[int]) -> dict | None:
+        """The PartitionChangeRecord for this ISR, electing a new leader if the current one is
+        not alive in it: clean from the ISR, or unclean when the topic allows it."""
+        record = {"type": "PartitionChangeRecord", "topic_id": str(topic.topic_id), "partition_id": index}
+        if isr != partition.isr:
+            record["isr"] = isr
+        if partition.leader not in alive or partition.leader not in isr:
+            candidates = [r for r in partition.replicas if r in isr and r in alive]
+            unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
+            if not candidates and unclean:
+                candidates = [r for r in partition.replicas if r in alive]
+                if candidates:
+                    record["isr"] = [candidates[0]]  # the data the old ISR had beyond it is gone
+            leader = candidates[0] if candidates else NO_LEADER
+            if leader != partition.leader:
+                record["leader"] = leader
+        return record if len(record) > 3 else None
