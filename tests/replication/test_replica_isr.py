@@ -104,3 +104,29 @@ def test_leader_epoch_cache_answers_and_survives_a_restart(tmp_path):
     assert (tmp_path / "leader-epoch-checkpoint").read_text() == "0\n3\n0 0\n2 120\n5 300\n"
     cache.truncate_from_end(200)
     assert [entry.epoch for entry in LeaderEpochCache.in_dir(str(tmp_path)).entries] == [0, 2]
+
+
+def test_a_follower_that_was_down_truncates_catches_up_and_rejoins_the_isr(partition):
+    p = partition([0, 1, 2], replica_lag_time_max_ms=1_000)
+    p.elect(leader=0, epoch=1, isr=[0, 1, 2])
+    p.produce(0, b"a")
+    p.catch_up(1)
+    p.catch_up(2)
+    p.produce(0, b"unreplicated")
+    p.fetch(2)                              # broker 2 copies it, then dies
+    p.crash(2)
+    p.crash(0)                              # the leader dies too: broker 1 leads epoch 2
+    p.elect(leader=1, epoch=2, isr=[1])
+    p.produce(1, b"b")
+    p.produce(1, b"c")
+    p.restart(2)                            # broker 2 rejoins as a follower of epoch 2
+    assert p.log_values(2) == [b"a", b"unreplicated"]
+    p.truncate(2)
+    assert p.log_values(2) == [b"a"], "its epoch-1 suffix past the leader's epoch-1 end is cut"
+    p.fetch(2)
+    p.fetch(2)
+    assert p[1].pending_alter_partition.new_isr == (1, 2)
+    p.commit_alter_partition(1)
+    p.fetch(2)
+    assert p.log_values(2) == p.log_values(1) == [b"a", b"b", b"c"]
+    assert p[1].isr == (1, 2) and p[2].high_watermark == p[1].high_watermark == 3
