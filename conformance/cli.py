@@ -1,0 +1,59 @@
+"""`kspec conformance`: the conformance suite against any Kafka-compatible broker.
+
+A thin front for pytest: it runs the suite package (conformance/suite) with the plugin's
+options and exits 0 only when no test failed. Skips (behaviour the target cannot be tested
+for) do not fail the run, and the report lists each with its reason.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+EXIT_FAILED = 1
+
+
+def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple[str, ...], quick: bool,
+                     junit_xml: str | None, report: str | None, json_path: str | None,
+                     client_properties: tuple[str, ...], node_stop_command: str | None,
+                     node_start_command: str | None, verbose: bool) -> list[str]:
+    arguments = ["--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
+                 "-rfE", "--bootstrap-servers", bootstrap_servers]
+    arguments += ["--client", clients] if clients else []
+    arguments += [f"--only={ids}" for ids in only]
+    arguments += ["--quick"] if quick else []
+    arguments += [f"--junit-xml={junit_xml}"] if junit_xml else []
+    arguments += [f"--conformance-report={report}"] if report else []
+    arguments += [f"--conformance-json={json_path}"] if json_path else []
+    arguments += [f"--client-property={pair}" for pair in client_properties]
+    arguments += [f"--node-stop-command={node_stop_command}"] if node_stop_command else []
+    arguments += [f"--node-start-command={node_start_command}"] if node_start_command else []
+    arguments += ["-v"] if verbose else []
+    return arguments
+
+
+@click.command()
+@click.option("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]", help="The broker under test.")
+@click.option("--client", "clients", metavar="NAMES",
+              help="Comma-separated: confluent-kafka,kafka-python,aiokafka,kcat,kafkajs (default all).")
+@click.option("--only", multiple=True, metavar="IDS", help="Guarantee ids or test names, comma-separated.")
+@click.option("--quick", is_flag=True, help="One client, no thorough tests: under 2 minutes.")
+@click.option("--junit-xml", metavar="FILE", help="Write JUnit XML for CI.")
+@click.option("--report", metavar="DIR", help="Write conformance.json and conformance.html (the matrix) to DIR.")
+@click.option("--json", "json_path", metavar="FILE", help="Write the JSON result to FILE.")
+@click.option("--client-property", "client_properties", multiple=True, metavar="KEY=VALUE",
+              help="Client property in librdkafka's names (security.protocol=SSL, sasl.username=...).")
+@click.option("--node-stop-command", metavar="CMD", help="Stops broker {node_id}; enables leader kills.")
+@click.option("--node-start-command", metavar="CMD", help="Starts broker {node_id} again.")
+@click.option("-v", "--verbose", is_flag=True, help="One line per test.")
+def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json_path, client_properties,
+                node_stop_command, node_start_command, verbose) -> None:
+    """Check a Kafka-compatible broker against kspec's guarantee catalogue through real clients."""
+    import pytest
+
+    exit_code = pytest.main(pytest_arguments(
+        bootstrap_servers, clients=clients, only=only, quick=quick, junit_xml=junit_xml, report=report,
+        json_path=json_path, client_properties=client_properties, node_stop_command=node_stop_command,
+        node_start_command=node_start_command, verbose=verbose))
+    sys.exit(0 if exit_code == pytest.ExitCode.OK else EXIT_FAILED if exit_code == pytest.ExitCode.TESTS_FAILED
+             else int(exit_code))
