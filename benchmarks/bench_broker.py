@@ -34,8 +34,8 @@ def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
 
 
 def create_topic(bootstrap: str, topic: str) -> None:
-    futures = AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
+    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
     for future in futures.values():
         future.result(30)
 
