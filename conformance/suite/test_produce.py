@@ -79,7 +79,7 @@ def test_records_round_trip_in_send_order_with_every_codec(client, client_driver
 
 
 @pytest.mark.guarantee("DUR-1", "DUR-2")
-@pytest.mark.parametrize("acks", ["all", "1"])
+@pytest.mark.parametrize("acks", ["all", 1])
 def test_acknowledged_records_are_readable(acks, client, client_driver, target):
     topic = target.create_topic(f"acks{acks}-{client}")
     records = [Record(partition=0, key=None, value=f"acks-{acks}-{i}") for i in range(10)]
