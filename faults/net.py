@@ -36,6 +36,7 @@ NODES_MAX = 200
 NAME_CHARS_MAX = 8           # interface names are at most 15 bytes: "<name>-br", "<name>-v199"
 SUBNET_CANDIDATES = [ipaddress.ip_network(f"10.213.{third}.0/24") for third in range(7, 255, 16)]
 COMMAND_TIMEOUT_S = 20.0
+HOST = -1                    # in a grudge: the host side of the bridge, where the clients are
 
 
 class NetworkUnavailable(RuntimeError):
@@ -142,14 +143,14 @@ class Network:
         return ["ip", "netns", "exec", self.namespace(node), *command]
 
     def partition(self, grudge: dict[int, set[int]]) -> None:
-        """Replace the current partition: node n drops every packet from each node in grudge[n]."""
-        assert all(0 <= n < self.nodes and n not in peers and all(0 <= p < self.nodes for p in peers)
+        """Replace the current partition: node n drops every packet from each node (or HOST) in grudge[n]."""
+        assert all(0 <= n < self.nodes and n not in peers and all(HOST <= p < self.nodes for p in peers)
                    for n, peers in grudge.items()), grudge
         self.heal()
         for node, peers in sorted(grudge.items()):
             for peer in sorted(peers):
-                _ns(self.namespace(node), ["iptables", "-w", "-A", CHAIN, "-s", self.node_address(peer),
-                                           "-j", "DROP"])
+                source = self.host_address if peer == HOST else self.node_address(peer)
+                _ns(self.namespace(node), ["iptables", "-w", "-A", CHAIN, "-s", source, "-j", "DROP"])
         self.grudge = {n: set(p) for n, p in grudge.items() if p}
 
     def heal(self) -> None:
@@ -173,12 +174,26 @@ class Network:
         self.destroy()
 
 
+def record_processes(path: Path, pids: list[int]) -> None:
+    """Write pids, with their start times, to a state file, so clean_all can kill them after a crash."""
+    state = json.loads(path.read_text()) if path.exists() else {}
+    state["processes"] = [[pid, _start_ticks(pid)] for pid in pids]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state))
+    temporary.rename(path)
+
+
 def clean_state_file(path: Path) -> list[str]:
     """Kill the processes in, and delete, everything one state file names; return what was removed."""
     state = json.loads(path.read_text())
     removed = []
+    for pid, start_ticks in state.get("processes", []):
+        if start_ticks is not None and _start_ticks(pid) == start_ticks:  # the same process, not a reused pid
+            _kill(pid)
+            removed.append(f"process {pid}")
     existing = set(_namespaces())
-    for ns in state["namespaces"]:
+    for ns in state.get("namespaces", []):
         if ns not in existing:
             continue
         for pid in _run(["ip", "netns", "pids", ns], check=False).stdout.split():
@@ -186,7 +201,7 @@ def clean_state_file(path: Path) -> list[str]:
         _run(["ip", "netns", "del", ns], check=False)
         removed.append(f"namespace {ns}")
     links = _links()
-    for link in [*state["veths"], state["bridge"]]:
+    for link in [*state.get("veths", []), state.get("bridge")]:
         if link in links:
             _run(["ip", "link", "del", link], check=False)
             removed.append(f"link {link}")
@@ -206,6 +221,15 @@ def leftovers(name: str) -> list[str]:
     ns = [n for n in _namespaces() if n.startswith(f"{name}-")]
     links = [link for link in _links() if link.startswith(f"{name}-")]
     return ns + links
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 def _kill(pid: int) -> None:

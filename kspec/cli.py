@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "demo": ("kspec.demo:demo", "The main job: broker, clients, checks, report."),
     "spec": ("spec.cli:spec", "Explore the executable specification's models."),
     "check": ("spark_validation.cli:check", "Check a recorded history with Spark."),
+    "faults": ("faults.cli:faults", "Fault-injection runs (partitions, kills, pauses) and cleanup."),
     "conformance": ("conformance.cli:conformance", "Check any Kafka-compatible broker against the guarantees."),
     "topics": ("kspec.ops.topics:topics", "Create, list, describe, alter and delete topics."),
     "produce": ("kspec.ops.produce:produce", "Send lines from stdin to a topic."),

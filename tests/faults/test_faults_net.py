@@ -6,6 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
+
+import pytest
 
 from faults import net
 from faults_helpers import can_connect, network_name, start_listeners, wait_until
@@ -63,3 +67,30 @@ def test_state_file_names_everything_before_it_exists(network):
     state = json.loads(network.state_path.read_text())
     assert state["namespaces"] == [network.namespace(n) for n in range(3)]
     assert state["bridge"] == network.bridge and state["subnet"] == str(network.subnet)
+
+
+@pytest.mark.timeout(60)
+def test_kspec_faults_clean_kills_and_removes_what_a_crashed_run_left(namespaces_available, tmp_path):
+    state_dir = tmp_path / "state"
+    name = f"kc{os.getpid() % 100000}"[:net.NAME_CHARS_MAX]
+    code = textwrap.dedent(f"""\
+        import subprocess, time
+        from faults.net import Network
+        n = Network({name!r}, 1)
+        n.create()
+        p = subprocess.Popen(n.wrap(0, ["sleep", "600"]))
+        print(p.pid, flush=True)
+        time.sleep(600)""")
+    env = {**os.environ, "KSPEC_FAULTS_STATE_DIR": str(state_dir)}
+    harness = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+    try:
+        sleeper = int(harness.stdout.readline())
+        harness.kill()
+        harness.wait()
+        assert net.leftovers(name)
+    finally:
+        cleaned = subprocess.run([Path(sys.executable).parent / "kspec", "faults", "clean"], env=env,
+                                 capture_output=True, text=True)
+    assert cleaned.returncode == 0 and f"removed namespace {name}-n0" in cleaned.stdout, cleaned
+    assert net.leftovers(name) == []
+    assert not Path(f"/proc/{sleeper}").exists() or Path(f"/proc/{sleeper}/stat").read_text().split()[2] == "Z"

@@ -1,0 +1,107 @@
+"""`kspec faults run` (a fault-injection run with a live progress line) and `kspec faults clean`."""
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from faults import net
+
+
+@click.group()
+def faults() -> None:
+    """Fault injection: partitions, kills and pauses while a recorded workload runs."""
+
+
+@faults.command()
+@click.option("--target", default="reference", show_default=True,
+              help="'reference' (kspec's broker) or a TOML file describing how to start any broker.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
+@click.option("--nemesis", default="partition,kill,pause", show_default=True,
+              help="Comma-separated fault packages: partition, kill, pause, link; 'none' for none.")
+@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+              help="Seconds of workload under faults.")
+@click.option("--rate", "rate_hz", type=float, default=200.0, show_default=True, help="Target ops per second.")
+@click.option("--concurrency", type=int, default=8, show_default=True, help="Client processes.")
+@click.option("--interval", "interval_s", type=float, default=10.0, show_default=True,
+              help="Mean seconds between a fault package's starts and heals.")
+@click.option("--quiet", "quiet_s", type=float, default=5.0, show_default=True,
+              help="Seconds of quiet after the final heal, before the final reads.")
+@click.option("--network", type=click.Choice(["auto", "netns", "proxy"]), default="auto", show_default=True,
+              help="How faults reach the network: namespaces + iptables, or the Toxiproxy-compatible proxy layer.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--idempotence/--no-idempotence", default=True, show_default=True)
+@click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
+              default="read_committed", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
+def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
+        interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
+        seed: int, out_dir: Path) -> None:
+    """Run a workload under faults and record its history."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from faults.nemesis import PACKAGES
+    from faults.run import RunError, RunOptions, run as run_faults
+    from faults.targets import TargetError
+    from faults.workload import WorkloadOptions
+
+    packages = tuple(p.strip() for p in nemesis.split(",") if p.strip() and p.strip() != "none")
+    unknown = set(packages) - set(PACKAGES)
+    if unknown:
+        raise click.UsageError(f"unknown nemesis {', '.join(sorted(unknown))}; choose from {', '.join(PACKAGES)}")
+    workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
+                               isolation_level=isolation_level, replication_factor=min(nodes, 3))
+    options = RunOptions(target=target, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
+                         interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
+    # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
+    signal.signal(signal.SIGTERM, _interrupt)
+    console = Console(stderr=True)
+    try:
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            result = run_faults(options, out_dir, progress=lambda status: live.update(_status_line(status)))
+    except (RunError, TargetError) as e:
+        raise click.ClickException(str(e)) from None
+    except KeyboardInterrupt:
+        console.print("interrupted: nodes stopped, network and proxies removed")
+        sys.exit(130)
+    counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.completions.items()))
+    console.print(f"network: {result.mode} ({result.mode_reason})")
+    console.print(f"{counts}; {result.ops_per_s:.0f} ops/s in the main phase; final reads "
+                  f"{'complete' if result.final_reads_complete else 'INCOMPLETE'}")
+    for failure in result.workload_failures:
+        console.print(f"[red]workload: {failure}[/red]")
+    click.echo(str(out_dir / "history.parquet"))
+
+
+def _interrupt(signal_number: int, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _status_line(status) -> str:
+    from rich.text import Text
+    errors = status.completions.get("fail", 0) + status.completions.get("info", 0)
+    faults_active = ", ".join(f"{package}:{_fault_summary(value)}" for package, value in status.active_faults.items())
+    filled = int(20 * min(1.0, status.elapsed_s / status.time_limit_s))
+    return Text(f"{status.phase:<11} [{'#' * filled}{'.' * (20 - filled)}] {status.elapsed_s:5.0f}/"
+                f"{status.time_limit_s:.0f} s  {status.ops_per_s:6.0f} ops/s  "
+                f"{sum(status.completions.values()):>8} ops  {errors:>5} errors  faults: {faults_active or '-'}")
+
+
+def _fault_summary(value: dict) -> str:
+    if "error" in value:
+        return "failed"
+    return str(value.get("variant") or value.get("toxic") or "on") + (f"@{value['node']}" if "node" in value else "")
+
+
+@faults.command()
+def clean() -> None:
+    """Remove namespaces, links and processes that crashed runs left behind."""
+    removed = net.clean_all()
+    for item in removed:
+        click.echo(f"removed {item}")
+    click.echo(f"{len(removed)} leftovers removed" if removed else "nothing to clean")
