@@ -1,0 +1,96 @@
+"""Every anomaly the checker names, the guarantee it violates, and the row that proves it.
+
+Names are Jepsen's where Jepsen has the anomaly (research/jepsen.md section 3); kspec adds
+G1b, G-single, G2, send-skip, phantom-read, realtime-order, future-read and
+nonlinearizable. An anomaly with no guarantee is reported for the record but is allowed:
+Kafka does not isolate writes between transactions and does not promise serializability.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spec.catalogue import guarantee
+
+
+@dataclass(frozen=True)
+class AnomalyKind:
+    name: str
+    guarantee_id: str | None
+    definition: str
+
+
+_KINDS = (
+    AnomalyKind("inconsistent-offsets", "VIS-2", "one offset of a partition was seen holding two values"),
+    AnomalyKind("duplicate", "IDM-1", "one value was seen at two offsets of a partition"),
+    AnomalyKind("lost-write", "DUR-1", "a committed value below the highest read value was never read"),
+    AnomalyKind("unseen", "DUR-1", "values acknowledged to producers were never read by any consumer"),
+    AnomalyKind("phantom-read", "VIS-1", "a consumer read a value no producer sent"),
+    AnomalyKind("G1a", "TXN-2", "an ok op read a value written by a failed (aborted) op"),
+    AnomalyKind("precommitted-read", "TXN-2", "an op read a value it wrote itself before committing"),
+    AnomalyKind("G1b", "TXN-1", "a read spanned a transaction's writes to a partition but saw only some"),
+    AnomalyKind("poll-skip", "ORD-3", "a process's next poll skipped over offsets after its last poll"),
+    AnomalyKind("nonmonotonic-poll", "ORD-3", "a process's next poll started at or before its last poll"),
+    AnomalyKind("int-poll-skip", "ORD-3", "within one op, consecutive reads of a partition skipped offsets"),
+    AnomalyKind("int-nonmonotonic-poll", "ORD-3", "within one op, a partition's reads went backwards"),
+    AnomalyKind("nonmonotonic-send", "ORD-2", "a process's next send landed at or before its last send"),
+    AnomalyKind("send-skip", "ORD-2", "a process's own later records landed between its consecutive sends"),
+    AnomalyKind("int-send-skip", None, "other records landed between one op's sends to a partition"),
+    AnomalyKind("int-nonmonotonic-send", "ORD-2", "within one op, a later send landed at or before an earlier"),
+    AnomalyKind("realtime-order", "ORD-1", "an append acked before another began got the higher offset"),
+    AnomalyKind("future-read", "VIS-1", "a read returned an offset before every append up to it began"),
+    AnomalyKind("nonlinearizable", "ORD-1", "a partition's appends and reads fit no real-time total order"),
+    AnomalyKind("G0", None, "a cycle of write-write dependencies"),
+    AnomalyKind("G0-realtime", None, "a cycle of write-write and real-time dependencies"),
+    AnomalyKind("G1c", "TXN-2", "a dependency cycle with a write-read edge (circular information flow)"),
+    AnomalyKind("G1c-realtime", "TXN-2", "as G1c, closed by real-time order"),
+    AnomalyKind("G-single", None, "a dependency cycle with exactly one read-write (anti-dependency) edge"),
+    AnomalyKind("G-single-realtime", None, "as G-single, closed by real-time order"),
+    AnomalyKind("G2", None, "a dependency cycle with two or more read-write edges"),
+    AnomalyKind("G2-realtime", None, "as G2, closed by real-time order"),
+)
+ANOMALY_KINDS: dict[str, AnomalyKind] = {k.name: k for k in _KINDS}
+assert all(guarantee(k.guarantee_id) for k in _KINDS if k.guarantee_id)
+
+ANOMALY_SCHEMA = pa.schema([
+    pa.field("anomaly", pa.string(), nullable=False),
+    pa.field("guarantee", pa.string()),
+    pa.field("violation", pa.bool_(), nullable=False),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("process", pa.int64()),
+    pa.field("ops", pa.list_(pa.int64())),
+    pa.field("values", pa.list_(pa.int64())),
+    pa.field("offsets", pa.list_(pa.int64())),
+    pa.field("delta", pa.int64()),
+    pa.field("detail", pa.string()),
+])
+SPARK_COLUMNS = [f.name for f in ANOMALY_SCHEMA if f.name != "guarantee"]
+
+
+def anomaly_rows(df: DataFrame, anomaly: str | Column, *, violation: bool | Column = True,
+                 topic: Column | None = None, partition: Column | None = None, process: Column | None = None,
+                 ops: Column | None = None, values: Column | None = None, offsets: Column | None = None,
+                 delta: Column | None = None, detail: Column) -> DataFrame:
+    """df as anomaly rows (every column but guarantee, which the checker adds from ANOMALY_KINDS)."""
+    def given(column, default_type):
+        return column if column is not None else F.lit(None).cast(default_type)
+
+    def as_long_array(column):
+        return F.transform(column, lambda x: x.cast("long")) if column is not None else F.lit(None).cast("array<long>")
+
+    return df.select(
+        (F.lit(anomaly) if isinstance(anomaly, str) else anomaly).alias("anomaly"),
+        (F.lit(violation) if isinstance(violation, bool) else violation).alias("violation"),
+        given(topic, "string").alias("topic"),
+        given(partition, "int").cast("int").alias("partition"),
+        given(process, "long").cast("long").alias("process"),
+        as_long_array(ops).alias("ops"),
+        as_long_array(values).alias("values"),
+        as_long_array(offsets).alias("offsets"),
+        given(delta, "long").cast("long").alias("delta"),
+        detail.alias("detail"),
+    )

@@ -1,0 +1,192 @@
+"""Run the checks on one history and produce anomaly rows and a verdict by guarantee id.
+
+Input is a kspec history (a folder with history.parquet and optional run.json, or a
+Parquet file) or a Jepsen history.edn (imported to Parquet first). Output is
+anomalies.parquet (ANOMALY_SCHEMA) and verdict.json in the output folder: the verdict is
+valid only when no anomaly violates a guarantee.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from spark_validation import cycles, durability, isolation, offsets, ordering, realtime
+from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA
+from spark_validation.frames import HistoryFrames
+from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
+from spark_validation.options import SUB_VIA, RunOptions
+from spec.history import ASSIGNMENT_FS, read_history
+
+HISTORY_FILE = "history.parquet"
+OPTIONS_FILE = "run.json"
+ANOMALIES_FILE = "anomalies.parquet"
+VERDICT_FILE = "verdict.json"
+
+# check name -> Spark job returning anomaly rows; each is one family of anomalies
+SPARK_JOBS = {
+    "inconsistent-offsets": offsets.inconsistent_offsets,
+    "duplicate": offsets.duplicate,
+    "lost-write": durability.lost_write,
+    "unseen": durability.unseen,
+    "phantom-read": durability.phantom_read,
+    "G1a": isolation.g1a,
+    "precommitted-read": isolation.precommitted_read,
+    "G1b": isolation.g1b,
+    "poll-order": ordering.poll_order,
+    "internal-poll-order": ordering.internal_poll_order,
+    "send-order": ordering.send_order,
+    "internal-send-order": ordering.internal_send_order,
+    "realtime-order": realtime.realtime_order,
+    "future-read": realtime.future_read,
+}
+DRIVER_CHECKS = ("linearizability", "cycles")
+CHECKS = (*SPARK_JOBS, *DRIVER_CHECKS)
+
+
+class HistoryError(ValueError):
+    """The input is not a history the checker can read; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    anomalies: pa.Table
+    verdict: dict
+
+    @property
+    def valid(self) -> bool:
+        return self.verdict["valid"]
+
+
+Progress = Callable[[str, int, int, int, float], None]  # check, position, total, rows, seconds
+
+
+def resolve_history(path: Path, work_dir: Path) -> tuple[Path, RunOptions]:
+    """The Parquet file of a history and its run options; Jepsen .edn is imported into work_dir."""
+    if not path.exists():
+        raise HistoryError(f"{path} does not exist; pass a kspec history folder, a .parquet file or a history.edn")
+    options_path = None
+    if path.is_dir():
+        options_path = path / OPTIONS_FILE
+        path = path / HISTORY_FILE
+        if not path.exists():
+            raise HistoryError(f"{path.parent} has no {HISTORY_FILE}; pass the folder a kspec run wrote")
+    elif path.suffix == ".edn":
+        from spark_validation.jepsen import import_edn
+        path = import_edn(path, work_dir / HISTORY_FILE)
+    elif path.suffix == ".parquet":
+        options_path = path.with_name(OPTIONS_FILE)
+    else:
+        raise HistoryError(f"{path}: expected a folder, a .parquet file or a Jepsen .edn file")
+    try:
+        table = read_history(path)
+    except (ValueError, pa.ArrowInvalid) as e:
+        raise HistoryError(f"{path}: {e}") from None
+    if options_path is not None and options_path.exists():
+        try:
+            return path, RunOptions.from_json(options_path)
+        except (ValueError, json.JSONDecodeError) as e:
+            raise HistoryError(f"{options_path}: {e}") from None
+    return path, infer_options(table)
+
+
+def infer_options(table: pa.Table) -> RunOptions:
+    """Options implied by the history: the assignment modes its consumers used."""
+    used = set(pc.unique(table.column("f")).to_pylist()) & set(ASSIGNMENT_FS)
+    return RunOptions(sub_via=frozenset(used & set(SUB_VIA)) or frozenset({"assign"}))
+
+
+def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, checks: tuple[str, ...] = CHECKS,
+               progress: Progress | None = None) -> CheckResult:
+    unknown = set(checks) - set(CHECKS)
+    assert not unknown, f"unknown checks {unknown}"
+    started = time.monotonic()
+    h = HistoryFrames(spark, str(parquet_path))
+    spark_checks = [c for c in SPARK_JOBS if c in checks
+                    or ("linearizability" in checks and c in NONLINEARIZABLE_CAUSES)]
+    plan = spark_checks + [c for c in DRIVER_CHECKS if c in checks]
+    rows: list[dict] = []
+    seconds: dict[str, float] = {}
+    for position, check in enumerate(plan, 1):
+        t0 = time.monotonic()
+        if check in SPARK_JOBS:
+            found = SPARK_JOBS[check](h, options).toArrow().to_pylist()
+        elif check == "linearizability":
+            found = nonlinearizable_rows(rows)
+        else:
+            edges = cycles.dependency_edges(h).toArrow()
+            ops = h.ops.select("index", "type", "invoke_time_ns", "time_ns").toArrow()
+            found = cycles.cycle_rows(cycles.find_cycles(edges, ops), options)
+        seconds[check] = round(time.monotonic() - t0, 3)
+        rows.extend(found)
+        if progress:
+            progress(check, position, len(plan), len(found), seconds[check])
+    h.unpersist()
+    # causes computed only to decide linearizability are not reported unless asked for
+    rows = [r for r in rows if r["anomaly"] not in NONLINEARIZABLE_CAUSES or r["anomaly"] in checks]
+    for r in rows:
+        r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
+    table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
+    verdict = _verdict(parquet_path, options, plan, table, seconds, time.monotonic() - started)
+    return CheckResult(table, verdict)
+
+
+def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa.Table,
+             seconds: dict[str, float], total_s: float) -> dict:
+    rows = table.to_pylist()
+    counts: dict[str, int] = {}
+    violations: dict[str, int] = {}
+    by_guarantee: dict[str, dict] = {}
+    for r in rows:
+        counts[r["anomaly"]] = counts.get(r["anomaly"], 0) + 1
+        if r["violation"]:
+            violations[r["anomaly"]] = violations.get(r["anomaly"], 0) + 1
+            entry = by_guarantee.setdefault(r["guarantee"], {"status": "violated", "anomalies": {}})
+            entry["anomalies"][r["anomaly"]] = entry["anomalies"].get(r["anomaly"], 0) + 1
+    for kind in ANOMALY_KINDS.values():
+        if kind.guarantee_id and kind.guarantee_id not in by_guarantee and _checked(kind.name, plan):
+            by_guarantee[kind.guarantee_id] = {"status": "held", "anomalies": {}}
+    ops = pq.read_table(parquet_path, columns=["type", "seq"])
+    return {
+        "valid": not violations,
+        "history": str(parquet_path),
+        "ops": int(pc.sum(pc.and_(pc.equal(ops.column("seq"), 0), pc.not_equal(ops.column("type"), "invoke"))).as_py() or 0),
+        "rows": ops.num_rows,
+        "options": options.to_json(),
+        "checks": plan,
+        "anomalies": counts,
+        "violations": violations,
+        "guarantees": dict(sorted(by_guarantee.items())),
+        "seconds": {**seconds, "total": round(total_s, 3)},
+    }
+
+
+FAMILY_OF = {
+    "inconsistent-offsets": "inconsistent-offsets", "duplicate": "duplicate", "lost-write": "lost-write",
+    "unseen": "unseen", "phantom-read": "phantom-read", "G1a": "G1a", "precommitted-read": "precommitted-read",
+    "G1b": "G1b", "poll-skip": "poll-order", "nonmonotonic-poll": "poll-order",
+    "int-poll-skip": "internal-poll-order", "int-nonmonotonic-poll": "internal-poll-order",
+    "nonmonotonic-send": "send-order", "send-skip": "send-order", "int-send-skip": "internal-send-order",
+    "int-nonmonotonic-send": "internal-send-order", "realtime-order": "realtime-order",
+    "future-read": "future-read", "nonlinearizable": "linearizability",
+}
+
+
+def _checked(anomaly: str, plan: list[str]) -> bool:
+    return FAMILY_OF.get(anomaly, "cycles") in plan
+
+
+def write_result(result: CheckResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(result.anomalies, out_dir / ANOMALIES_FILE)
+    (out_dir / VERDICT_FILE).write_text(json.dumps(result.verdict, indent=2) + "\n")
+
+
+assert set(FAMILY_OF.values()) <= set(CHECKS)

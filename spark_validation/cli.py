@@ -1,0 +1,70 @@
+"""`kspec check HISTORY`: check a recorded history with Spark.
+
+Exit status: 0 when no anomaly violates a guarantee, 1 when one does, 2 for bad input.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from spark_validation.checker import CHECKS, HistoryError, resolve_history, run_checks, write_result
+from spark_validation.session import DEFAULT_MASTER, spark_session
+
+EXIT_VALID, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _default_out(history: Path) -> Path:
+    return history / "check" if history.is_dir() else history.with_name(history.stem + "-check")
+
+
+@click.command()
+@click.argument("history", type=click.Path(path_type=Path))
+@click.option("--master", default=DEFAULT_MASTER, show_default=True, help="Spark master URL.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the verdict JSON here.")
+@click.option("--checks", default=",".join(CHECKS), show_default=False,
+              help=f"Comma-separated checks (default all): {', '.join(CHECKS)}.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for anomalies.parquet and verdict.json (default: beside the history).")
+def check(history: Path, master: str, json_path: Path | None, checks: str, out_dir: Path | None) -> None:
+    """Check HISTORY (a kspec history folder, a .parquet file or a Jepsen history.edn)."""
+    chosen = tuple(c.strip() for c in checks.split(",") if c.strip())
+    unknown = [c for c in chosen if c not in CHECKS]
+    if unknown or not chosen:
+        _bad_input(f"unknown check(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CHECKS)}")
+    out_dir = out_dir or _default_out(history)
+    with tempfile.TemporaryDirectory(prefix="kspec-import-") as work_dir:
+        try:
+            parquet_path, options = resolve_history(history, Path(work_dir))
+        except HistoryError as e:
+            _bad_input(str(e))
+        click.echo(f"checking {history} on {master} ({len(chosen)} checks)", err=True)
+        spark = spark_session(master)
+        result = run_checks(spark, parquet_path, options, chosen, progress=_progress)
+        write_result(result, out_dir)
+    if json_path:
+        json_path.write_text((out_dir / "verdict.json").read_text())
+    v = result.verdict
+    for anomaly, n in sorted(v["anomalies"].items()):
+        marker = "VIOLATION" if anomaly in v["violations"] else "allowed"
+        click.echo(f"  {anomaly:24} {n:8d}  {marker}")
+    held = [g for g, e in v["guarantees"].items() if e["status"] == "held"]
+    violated = [g for g, e in v["guarantees"].items() if e["status"] == "violated"]
+    click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s; "
+               f"guarantees held: {', '.join(held) or '-'}; violated: {', '.join(violated) or '-'}")
+    click.echo(f"{'VALID' if result.valid else 'INVALID'}: results in {out_dir}")
+    sys.exit(EXIT_VALID if result.valid else EXIT_VIOLATION)
+
+
+def _progress(check_name: str, position: int, total: int, rows: int, seconds: float) -> None:
+    end = "\n" if position == total or not sys.stderr.isatty() else ""
+    click.echo(f"\r[{position}/{total}] {check_name}: {rows} row(s) in {seconds:.1f} s\033[K", err=True, nl=False)
+    click.echo(end, err=True, nl=False)
+
+
+def _bad_input(message: str) -> None:
+    click.echo(f"kspec check: {message}", err=True)
+    sys.exit(EXIT_BAD_INPUT)

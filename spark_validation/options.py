@@ -1,0 +1,36 @@
+"""How a run was configured, as far as the verdict depends on it.
+
+Read from run.json beside a kspec history, or inferred from the history itself:
+- sub_via: how consumers got partitions. With "subscribe", rebalances may move a
+  consumer between polls, so poll-skip and nonmonotonic-poll are allowed (as in Jepsen).
+- ww_deps: whether write-write dependencies are inferred from the log order. When they
+  are, a G1c cycle through a write-write edge is allowed (Kafka does not isolate writes
+  between transactions); a G1c made only of write-read edges is always a violation.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+SUB_VIA = ("assign", "subscribe")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    sub_via: frozenset[str] = frozenset({"assign"})
+    ww_deps: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.sub_via <= set(SUB_VIA), self.sub_via
+
+    @classmethod
+    def from_json(cls, path: Path) -> "RunOptions":
+        data = json.loads(path.read_text())
+        unknown = set(data) - {"sub_via", "ww_deps"}
+        if unknown:
+            raise ValueError(f"{path}: unknown option(s) {', '.join(sorted(unknown))}; known: sub_via, ww_deps")
+        return cls(frozenset(data.get("sub_via", ["assign"])), bool(data.get("ww_deps", True)))
+
+    def to_json(self) -> dict:
+        return {"sub_via": sorted(self.sub_via), "ww_deps": self.ww_deps}

@@ -1,0 +1,43 @@
+"""The one place where the checker's Spark session is configured.
+
+Defaults suit local[*] on a laptop: the UI off, few shuffle partitions (adaptive query
+execution coalesces them further), driver memory bounded, scratch files in a temporary
+directory, warnings only. A cluster master (`spark://...`) gets the same SQL settings.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+SHUFFLE_PARTITIONS = 4
+DRIVER_MEMORY = "3g"
+MAX_RESULT_SIZE = "1g"
+ARROW_BATCH_ROWS = 1 << 16
+
+
+def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -> SparkSession:
+    """A Spark session tuned for history checking (reuses one already running)."""
+    local_dir = tempfile.mkdtemp(prefix="kspec-spark-")
+    # The JVM reads driver memory only at launch, so it must be set before the first session.
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {DRIVER_MEMORY} pyspark-shell")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
+        .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
+        .config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
+        .config("spark.local.dir", local_dir)
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
