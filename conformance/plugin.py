@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.clients import CLIENTS, unavailable_reason
+from conformance.clients import CLIENTS, driver, unavailable_reason
 from conformance.results import Outcome, RunResult
 from conformance.target import Target
 from spec.catalogue import CATALOGUE
@@ -150,7 +150,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def target(pytestconfig: pytest.Config) -> Target:
     return Target(
         bootstrap=pytestconfig.getoption("--bootstrap-servers"),
-        clients=selected_clients(pytestconfig),
         quick=pytestconfig.getoption("--quick"),
         properties=_client_properties(pytestconfig),
         node_start_command=pytestconfig.getoption("--node-start-command"),
@@ -166,10 +165,8 @@ def wire(target: Target):
 
 
 @pytest.fixture
-def client_driver(client: str, target: Target):
+def client_driver(client: str):
     """The driver module of the parametrized client, or a skip saying why it cannot run here."""
-    from conformance.clients import driver
-
     reason = unavailable_reason(client)
     if reason:
         pytest.skip(reason)

@@ -44,7 +44,6 @@ class TopicSetupFailed(AssertionError):
 @dataclass
 class Target:
     bootstrap: str
-    clients: tuple[str, ...]
     quick: bool = False
     properties: dict[str, str] = field(default_factory=dict)
     node_start_command: str | None = None  # shell template with {node_id}
