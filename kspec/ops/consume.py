@@ -123,6 +123,7 @@ class RecordPrinter:
             while max_messages is None or self.printed < max_messages:
                 message = self.consumer.poll(POLL_INTERVAL_S)
                 if message is None:
+                    sys.stdout.flush()  # idle: let a reader at the other end of a pipe see what came
                     if timeout_ms is not None and (time.monotonic() - last_record_s) * 1000 >= timeout_ms:
                         break
                     continue

@@ -9,9 +9,10 @@ import sys
 
 import click
 from confluent_kafka import KafkaException, Producer
+from kafka.protocol.api_key import ApiKey
 
 from kspec.ops.common import (EXIT_CODES_EPILOG, BadUsage, ConnectionWatch, OpsCommand, OpsError, await_metadata,
-                              bootstrap_option, broker_error, client_config)
+                              bootstrap_option, broker_error, client_config, require_api)
 from kspec.ops.lines import LineError, parse_line
 
 DELIVERY_TIMEOUT_MS = 30_000  # message.timeout.ms: a record not acknowledged by then is reported as failed
@@ -88,6 +89,7 @@ def produce(topic: str, bootstrap: str, key_separator: str | None, parse_headers
     if partition is not None and partition >= partition_count:
         raise OpsError(f"topic {topic!r} has no partition {partition}; it has partitions 0 to {partition_count - 1}")
     if transactional_id:
+        require_api(bootstrap, ApiKey.AddPartitionsToTxn, "transactions")
         transaction_step(f"cannot start transactions as {transactional_id!r}", producer.init_transactions)
         transaction_step("cannot begin a transaction", producer.begin_transaction)
     deliveries = Deliveries()
