@@ -14,33 +14,47 @@ class Guarantee:
     id: str
     statement: str
     holds_when: str
+    # The spec's invariants that check it, as "model: invariant name" (spec/models/).
+    invariants: tuple[str, ...] = ()
 
 
 _GUARANTEES = (
-    Guarantee("ORD-1", "a partition assigns contiguous, strictly increasing offsets in append order", "always"),
+    Guarantee("ORD-1", "a partition assigns contiguous, strictly increasing offsets in append order", "always",
+              ("log: offsets contiguous in append order",)),
     Guarantee("ORD-2", "one producer's records to one partition are stored in send order",
-              "idempotence on, or max in-flight 1"),
+              "idempotence on, or max in-flight 1", ("idempotence: stored in send order",)),
     Guarantee("ORD-3", "a consumer reads a partition in offset order, with no skipped committed offset",
-              "assign mode; subscribe mode between rebalances"),
+              "assign mode; subscribe mode between rebalances",
+              ("log: consumer in offset order without gaps",)),
     Guarantee("DUR-1", "a record acked with acks=all is never lost",
-              "ISR >= min.insync.replicas at ack, clean elections, one ISR member survives"),
+              "ISR >= min.insync.replicas at ack, clean elections, one ISR member survives",
+              ("replication: acked records on every ISR member",)),
     Guarantee("DUR-2", "with acks=1 a record is on the leader only at ack time "
                        "(the loss window is documented, not a bug)", "acks=1"),
-    Guarantee("VIS-1", "consumers never see a record above the high watermark", "always"),
+    Guarantee("VIS-1", "consumers never see a record above the high watermark", "always",
+              ("log: consumer below the high watermark", "replication: high watermark within the log")),
     Guarantee("VIS-2", "once offset o of a partition was read as record r, every later read of o returns r",
-              "clean elections"),
+              "clean elections", ("log: reads are repeatable", "replication: exposed records on every ISR member")),
     Guarantee("REP-1", "replicas agree on every offset below both their high watermarks (log matching)",
-              "clean elections"),
-    Guarantee("REP-2", "leader epochs only grow; one leader per epoch", "always"),
-    Guarantee("GRP-1", "within one generation a partition belongs to at most one member of a group", "always"),
+              "clean elections",
+              ("replication: log matching below the high watermarks", "replication: followers match their leader")),
+    Guarantee("REP-2", "leader epochs only grow; one leader per epoch", "always",
+              ("replication: one leader per epoch", "replication: quorum leader epoch only grows")),
+    Guarantee("GRP-1", "within one generation a partition belongs to at most one member of a group", "always",
+              ("group: one owner per partition within a generation",)),
     Guarantee("GRP-2", "a committed group offset survives coordinator failover and broker restart",
               "offsets topic replicated"),
-    Guarantee("IDM-1", "an idempotent producer's retries never duplicate a record", "one producer session"),
+    Guarantee("GRP-3", "a group's committed offset for a partition never moves backwards",
+              "commits carry the member's generation and its consumed position; no explicit offset reset",
+              ("group: committed offsets never move back",)),
+    Guarantee("IDM-1", "an idempotent producer's retries never duplicate a record", "one producer session",
+              ("idempotence: no batch stored twice",)),
     Guarantee("TXN-1", "a transaction's records and offsets commit or abort together", "transactional producer"),
     Guarantee("TXN-2", "read_committed consumers never see aborted or open-transaction records",
               "isolation.level=read_committed"),
     Guarantee("RET-1", "retention and compaction never reuse or reorder offsets; "
-                       "compaction keeps the latest value per key", "always"),
+                       "compaction keeps the latest value per key", "always",
+              ("log: log start <= high watermark <= log end", "log: log start and high watermark only grow")),
     Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
                        "stored data is untouched", "always"),
 )

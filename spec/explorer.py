@@ -80,9 +80,8 @@ def explore(model: Model, max_states: int | None = None, on_progress: Progress |
                 result.transitions += 1
                 step_violation = first_step_violation(model, state, after)
                 if step_violation is not None:
-                    parents_with_step = dict(parents)
-                    parents_with_step[after] = (state, action)
-                    result.counterexample = _counterexample(model, parents_with_step, after, *step_violation)
+                    result.counterexample = _counterexample(model, parents, state, *step_violation,
+                                                            last_step=(action, after))
                     break
                 key = canonical(after)
                 if key in parents:
@@ -112,8 +111,13 @@ def explore(model: Model, max_states: int | None = None, on_progress: Progress |
     return result
 
 
-def _counterexample(model: Model, parents: dict, last: State, invariant, problem: str) -> Counterexample:
-    """Walk parent links back to an initial state, then replay the actions on concrete states."""
+def _counterexample(model: Model, parents: dict, last: State, invariant, problem: str,
+                    last_step: tuple[Action, State] | None = None) -> Counterexample:
+    """Walk parent links back to an initial state, then replay the actions on concrete states.
+
+    A step invariant is broken by a transition out of `last`: `last_step`, which may lead
+    to a state seen before, so it is not recorded among the parents.
+    """
     actions: list[Action] = []
     state = last
     while parents[state] is not None:
@@ -123,6 +127,8 @@ def _counterexample(model: Model, parents: dict, last: State, invariant, problem
     steps: list[tuple[Action | None, State]] = [(None, state)]
     for wanted_key, action in zip(_keys_along(parents, last), actions):
         steps.append(_replay_step(model, steps[-1][1], action, wanted_key))
+    if last_step is not None:
+        steps.append(_replay_step(model, steps[-1][1], last_step[0], model.canonical(last_step[1])))
     final = steps[-1][1]
     # Recheck on the replayed states, so the sentence names replicas as the trace does.
     if isinstance(invariant, StepInvariant):

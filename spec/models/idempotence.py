@@ -1,0 +1,103 @@
+"""An idempotent producer writing one partition: sequence numbers, retries, in-flight batches.
+
+The producer numbers its batches 0, 1, 2, ... and keeps up to max.in.flight.requests of
+them outstanding. The network may deliver an outstanding batch any number of times (a
+retry after a lost response is a second delivery) and in any order. The broker keeps the
+producer's last sequence (its producer state) and appends a batch only when its sequence
+is the next one; an older sequence is a duplicate, answered with the original offset and
+not appended; a gap is OUT_OF_ORDER_SEQUENCE and the producer retries. With
+`deduplicate=False` the broker appends whatever arrives, as a broker without producer
+state would: that is how the tests show the invariants are not vacuous.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, NamedTuple
+
+from spec.model import Action, Invariant
+
+MAX_IN_FLIGHT_REQUESTS = 5  # max.in.flight.requests.per.connection allowed with idempotence
+NO_SEQUENCE = -1
+
+
+class IdempotenceState(NamedTuple):
+    next_sequence: int                 # the producer's next batch
+    in_flight: frozenset[int]          # sent, not yet acknowledged to the producer
+    log: tuple[int, ...]               # sequences of the batches the partition holds, in offset order
+    last_sequence: int                 # the broker's producer state
+
+
+@dataclass(frozen=True)
+class IdempotenceConfig:
+    records: int = 3
+    max_in_flight_requests: int = MAX_IN_FLIGHT_REQUESTS
+    deduplicate: bool = True
+
+
+def send(state: IdempotenceState) -> IdempotenceState:
+    return state._replace(next_sequence=state.next_sequence + 1, in_flight=state.in_flight | {state.next_sequence})
+
+
+def deliver(state: IdempotenceState, sequence: int, deduplicate: bool) -> IdempotenceState:
+    """The broker handles one delivery of the batch with this sequence."""
+    assert sequence in state.in_flight
+    if deduplicate and sequence != state.last_sequence + 1:
+        return state  # a duplicate (answered with its offset) or OUT_OF_ORDER_SEQUENCE
+    return state._replace(log=state.log + (sequence,), last_sequence=sequence)
+
+
+def acknowledge(state: IdempotenceState, sequence: int) -> IdempotenceState:
+    """A response for a stored batch reaches the producer."""
+    assert sequence in state.in_flight and sequence in state.log
+    return state._replace(in_flight=state.in_flight - {sequence})
+
+
+def no_duplicates(state: IdempotenceState) -> str | None:
+    """IDM-1: each batch is stored once, however often it was delivered."""
+    if len(set(state.log)) != len(state.log):
+        return f"the log holds a batch twice: sequences {list(state.log)}"
+    return None
+
+
+def send_order(state: IdempotenceState) -> str | None:
+    """ORD-2: batches are stored in the order the producer sent them."""
+    if list(state.log) != sorted(state.log):
+        return f"the log holds sequences out of send order: {list(state.log)}"
+    return None
+
+
+class IdempotenceModel:
+    name = "idempotence"
+
+    def __init__(self, config: IdempotenceConfig) -> None:
+        if config.records < 1 or not 1 <= config.max_in_flight_requests <= MAX_IN_FLIGHT_REQUESTS:
+            raise ValueError(f"records must be at least 1 and in-flight requests 1..{MAX_IN_FLIGHT_REQUESTS}")
+        self.config = config
+        self.invariants = (
+            Invariant("IDM-1", "no batch stored twice", no_duplicates),
+            Invariant("ORD-2", "stored in send order", send_order),
+        )
+        self.step_invariants = ()
+
+    def initial_states(self) -> list[IdempotenceState]:
+        return [IdempotenceState(0, frozenset(), (), NO_SEQUENCE)]
+
+    def successors(self, state: IdempotenceState) -> Iterator[tuple[Action, IdempotenceState]]:
+        if state.next_sequence < self.config.records and len(state.in_flight) < self.config.max_in_flight_requests:
+            yield ("Send", state.next_sequence), send(state)
+        for sequence in sorted(state.in_flight):
+            yield ("Deliver", sequence), deliver(state, sequence, self.config.deduplicate)
+            if sequence in state.log:
+                yield ("Acknowledge", sequence), acknowledge(state, sequence)
+
+    def canonical(self, state: IdempotenceState) -> IdempotenceState:
+        return state
+
+    def describe_action(self, action: Action) -> str:
+        name, sequence = action
+        return {"Send": "the producer sends batch with sequence {}",
+                "Deliver": "the broker receives batch {} (again, if retried)",
+                "Acknowledge": "the producer gets the response for batch {}"}[name].format(sequence)
+
+    def describe_state(self, state: IdempotenceState) -> list[str]:
+        return [f"in flight {sorted(state.in_flight)}, log {list(state.log)}, broker last sequence {state.last_sequence}"]
