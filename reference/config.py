@@ -63,6 +63,31 @@ class BrokerConfig:
     group_max_size: int = 2**31 - 1
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
+    # Transaction coordinator (reference/transaction/); Kafka's default partition count is 50.
+    transaction_state_log_num_partitions: int = 8
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default.
+    kspec_bug_serve_aborted_to_read_committed: bool = False
+    kspec_bug_late_produce_joins_next_transaction: bool = False
+    # Cluster mode (reference/node/cluster.py): set controller.quorum.voters to run this node
+    # as broker and controller of a KRaft-style quorum; empty keeps the single-node broker.
+    process_roles: str = "broker,controller"
+    controller_quorum_voters: str = ""  # "1@127.0.0.1:9092,2@127.0.0.1:9093,..."
+    controller_quorum_election_timeout_ms: int = 1000
+    controller_quorum_fetch_timeout_ms: int = 2000
+    broker_heartbeat_interval_ms: int = 2000
+    broker_session_timeout_ms: int = 9000
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1 * MiB
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    offsets_topic_replication_factor: int = 3  # capped by the brokers alive when the topic is created
+    # Historical replication bugs (reference/replication/replica.py ReplicationBugs), off by default.
+    kspec_bug_truncation: str = "kip279"
+    kspec_bug_ack_before_isr: bool = False
+    kspec_bug_count_fenced_follower_into_hw: bool = False
+    kspec_bug_read_above_hw: bool = False
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -99,6 +124,11 @@ class BrokerConfig:
             (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
             (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),
+            (self.process_roles == "broker,controller" or not self.controller_quorum_voters,
+             "only combined mode is supported: process.roles=broker,controller"),
+            (self.kspec_bug_truncation in ("hw", "kip101", "kip279"), "kspec.bug.truncation must be hw, kip101 or kip279"),
+            (self.broker_session_timeout_ms > self.broker_heartbeat_interval_ms,
+             "broker.session.timeout.ms must exceed broker.heartbeat.interval.ms"),
         ]
         for holds, message in problems:
             if not holds:

@@ -27,10 +27,20 @@ from reference.handlers.groups import (
     handle_offset_fetch,
     handle_sync_group,
 )
+from reference.handlers.leader_epoch_offsets import handle_offset_for_leader_epoch
 from reference.handlers.metadata import handle_describe_cluster, handle_metadata
 from reference.handlers.offsets import handle_delete_records, handle_list_offsets
 from reference.handlers.produce import handle_produce
 from reference.handlers.producer_ids import handle_init_producer_id
+from reference.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+    handle_txn_offset_commit,
+    handle_write_txn_markers,
+)
 from reference.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
@@ -44,6 +54,7 @@ HANDLERS = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
@@ -62,5 +73,12 @@ HANDLERS = {
     ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
 }
 assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS)

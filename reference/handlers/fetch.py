@@ -6,8 +6,14 @@ or max_wait_ms passes (long polling, as Kafka's DelayedFetch). Limits: partition
 per partition and max_bytes overall, except that the first non-empty partition returns at
 least one whole batch so a consumer can always progress (KIP-74).
 
+A fetch with a replica id (ReplicaId before v15, ReplicaState from v15, KIP-903) comes from a
+follower: the partition's replica core answers it (handle_follower_fetch), which moves the
+follower's log end offset, the high watermark and the ISR.
+
 Fetch sessions (KIP-227) are declined: every answer carries session_id 0, which tells the
-client to send full fetches. v13+ names topics by topic id.
+client to send full fetches. v13+ names topics by topic id. isolation_level=read_committed
+reads below the last stable offset only and gets the aborted transactions of what it read
+(TXN-2, reference/handlers/transactions.py).
 """
 from __future__ import annotations
 
@@ -15,8 +21,11 @@ from dataclasses import dataclass, field
 
 from reference.handlers.context import RequestContext
 from reference.handlers.leader_epoch import check_current_leader_epoch
+from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.records import iter_batches
+from reference.replication import ReplicaFetch
 
 READ_COMMITTED = 1
 SESSIONLESS_EPOCHS = (0, -1)  # INITIAL_EPOCH and FINAL_EPOCH: a full fetch without a session
@@ -38,6 +47,7 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if request.get("session_epoch", -1) not in SESSIONLESS_EPOCHS:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.get("replica_id", -1)
     bytes_left = request.max_bytes
     bytes_read = 0
     any_error = False
@@ -51,16 +61,21 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
                 if topic_error:
                     raise topic_error
                 topic_partition = TopicPartition(name, wanted.partition)
-                answer, records_bytes = _read_partition(broker, topic_partition, wanted, bytes_left,
-                                                        min_one_batch=bytes_read == 0)
+                if replica_id >= 0:
+                    answer, records_bytes = _read_for_follower(broker, topic_partition, wanted, replica_id,
+                                                               bytes_left, context.now_ms)
+                else:
+                    answer, records_bytes = _read_partition(
+                        broker, topic_partition, wanted, bytes_left, min_one_batch=bytes_read == 0,
+                        read_committed=request.isolation_level == READ_COMMITTED, now_ms=context.now_ms)
                 watched.add(topic_partition)
+                any_error = any_error or answer["error_code"] != ErrorCode.NONE
                 bytes_read += records_bytes
                 bytes_left = max(0, bytes_left - records_bytes)
             except KafkaError as e:
                 any_error = True
                 answer = {"error_code": e.code, "high_watermark": NO_OFFSET, "last_stable_offset": NO_OFFSET,
-                          "log_start_offset": NO_OFFSET, "records": b""}
-            answer["aborted_transactions"] = [] if request.isolation_level == READ_COMMITTED else None
+                          "log_start_offset": NO_OFFSET, "records": b"", "aborted_transactions": None}
             answer["preferred_read_replica"] = NO_PREFERRED_READ_REPLICA
             partitions.append({"partition_index": wanted.partition, **answer})
         responses.append({"topic": name, "topic_id": fetch_topic.get("topic_id"), "partitions": partitions})
@@ -79,7 +94,7 @@ def _topic_name(broker: Broker, fetch_topic, version: int) -> tuple[str | None, 
 
 
 def _read_partition(broker: Broker, topic_partition: TopicPartition, wanted, bytes_left: int,
-                    min_one_batch: bool) -> tuple[dict, int]:
+                    min_one_batch: bool, read_committed: bool, now_ms: int) -> tuple[dict, int]:
     partition = broker.partition(topic_partition)
     check_current_leader_epoch(partition, wanted.get("current_leader_epoch", -1))  # v9+
     log = partition.log
@@ -88,15 +103,33 @@ def _read_partition(broker: Broker, topic_partition: TopicPartition, wanted, byt
         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                          f"{topic_partition} offset {wanted.fetch_offset} outside "
                          f"[{log.log_start_offset}, {log.log_end_offset}]")
-    records = b""
-    if wanted.fetch_offset < high_watermark:
-        max_bytes = min(wanted.partition_max_bytes, bytes_left)
-        read = log.read(wanted.fetch_offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch)
-        records = read.records
+    max_bytes = min(wanted.partition_max_bytes, bytes_left)
+    transactions = txn_node(broker, now_ms)
+    last_stable_offset = transactions.last_stable_offset(topic_partition)
+    aborted = None
+    if read_committed:  # below the last stable offset only, with the aborted transactions read (TXN-2)
+        records = log.read(wanted.fetch_offset, max_bytes, max_offset=last_stable_offset,
+                           min_one_batch=min_one_batch).records if wanted.fetch_offset < last_stable_offset else b""
+        upper_bound_offset = max((batch.next_offset for batch in iter_batches(records)), default=wanted.fetch_offset)
+        aborted = [{"producer_id": entry.producer_id, "first_offset": entry.first_offset}
+                   for entry in transactions.aborted_transactions(topic_partition, wanted.fetch_offset,
+                                                                  upper_bound_offset)]
+    else:
+        records = partition.read_for_consumer(wanted.fetch_offset, max_bytes, min_one_batch=min_one_batch).records
     answer = {"error_code": ErrorCode.NONE, "high_watermark": high_watermark,
-              "last_stable_offset": high_watermark,  # no transactions yet: LSO = HW
-              "log_start_offset": log.log_start_offset, "records": records}
+              "last_stable_offset": last_stable_offset, "log_start_offset": log.log_start_offset,
+              "records": records, "aborted_transactions": aborted}
     return answer, len(records)
+
+
+def _read_for_follower(broker: Broker, topic_partition: TopicPartition, wanted, replica_id: int,
+                       bytes_left: int, now_ms: int) -> tuple[dict, int]:
+    fetch = ReplicaFetch(replica_id, wanted.fetch_offset, wanted.get("last_fetched_epoch", -1),
+                         wanted.get("current_leader_epoch", -1))
+    answer = broker.follower_fetch(topic_partition, fetch, min(wanted.partition_max_bytes, bytes_left), now_ms)
+    return {"error_code": answer.error, "high_watermark": answer.high_watermark,
+            "last_stable_offset": answer.high_watermark, "log_start_offset": answer.log_start_offset,
+            "records": answer.records, "aborted_transactions": None}, len(answer.records)
 
 
 def _session_error(error: ErrorCode) -> FetchResult:

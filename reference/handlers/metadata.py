@@ -1,14 +1,16 @@
 """Metadata (key 3) and DescribeCluster (key 60): brokers, controller, topics, partitions.
 
-This node is the only broker and the controller, so ControllerId is its own id: kafkajs
-sends InitProducerId, and every client sends admin requests, to the controller.
+Brokers, ControllerId and each partition's leader, leader epoch, replicas and ISR come from
+the broker's metadata (on one node: itself, for everything; in a cluster: the replayed
+metadata log, with the unfenced brokers listed and the active controller as ControllerId).
+kafkajs sends InitProducerId, and every client sends admin requests, to the controller.
 Unknown topics are created with the broker defaults when auto.create.topics.enable is on
 and the request allows it (AllowAutoTopicCreation, v4+; always allowed before v4).
 """
 from __future__ import annotations
 
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker, TopicPartition, check_topic_name
+from reference.node.broker import Broker, check_topic_name
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
 
@@ -23,11 +25,11 @@ def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
     else:
         allow_create = request.allow_auto_topic_creation if version >= 4 else True
         topics = [_requested_topic(broker, wanted, allow_create, context.now_ms) for wanted in request.topics]
-    host, port = broker.config.advertised
     return {
-        "brokers": [{"node_id": broker.config.node_id, "host": host, "port": port, "rack": None}],
+        "brokers": [{"node_id": node_id, "host": host, "port": port, "rack": None}
+                    for node_id, host, port, fenced in broker.metadata_brokers() if not fenced],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": broker.controller_id,
         "topics": topics,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         "error_code": ErrorCode.NONE,
@@ -35,7 +37,6 @@ def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
 
 
 def handle_describe_cluster(broker: Broker, request, context: RequestContext) -> dict:
-    host, port = broker.config.advertised
     error = ErrorCode.NONE
     if context.api_version >= 1 and request.endpoint_type != ENDPOINT_TYPE_BROKER:
         error = ErrorCode.MISMATCHED_ENDPOINT_TYPE  # this node serves broker endpoints only
@@ -43,9 +44,10 @@ def handle_describe_cluster(broker: Broker, request, context: RequestContext) ->
         "error_code": error,
         "endpoint_type": ENDPOINT_TYPE_BROKER,
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.config.node_id,
+        "controller_id": broker.controller_id,
         "brokers": [] if error else [
-            {"broker_id": broker.config.node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": fenced}
+            for node_id, host, port, fenced in broker.metadata_brokers()
         ],
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
@@ -70,15 +72,7 @@ def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) ->
 
 def _describe_topic(broker: Broker, name: str) -> dict:
     topic = broker.topic(name)
-    node_id = broker.config.node_id
-    partitions = []
-    for index in range(topic.partition_count):
-        state = broker.partition(TopicPartition(name, index))
-        partitions.append({
-            "error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node_id,
-            "leader_epoch": state.leader_epoch, "replica_nodes": [node_id], "isr_nodes": [node_id],
-            "offline_replicas": [],
-        })
+    partitions = [broker.partition_metadata(name, index) for index in range(topic.partition_count)]
     return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": False,
             "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 

@@ -1,14 +1,18 @@
 """Produce (key 0): validate each partition's batch, append it as leader, answer per partition.
 
 acks=0 gets no response at all; if such a produce fails, the connection is closed so the
-producer notices (as Kafka does). acks=-1 waits for the ISR, which on one node is the
-leader itself, so it is answered at once unless the ISR is smaller than
-min.insync.replicas (NOT_ENOUGH_REPLICAS, nothing appended). transactional_id is not
-checked yet: transactions arrive with the transaction coordinator.
+producer notices (as Kafka does). acks=-1 needs an ISR of at least min.insync.replicas
+(NOT_ENOUGH_REPLICAS, nothing appended), then waits for the ISR to have the batch. On one
+node the ISR is the leader itself, so it is answered at once; in a cluster the handler
+returns a coroutine that waits in the broker's acks purgatory until the partition's
+acks_all_status settles (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms.
+A transactional batch is first checked against its transaction (handlers/transactions.py).
 """
 from __future__ import annotations
 
 from reference.handlers.context import CloseConnection, RequestContext
+from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
 
@@ -17,9 +21,10 @@ NO_OFFSET = -1
 NO_TIMESTAMP = -1
 
 
-def handle_produce(broker: Broker, request, context: RequestContext) -> dict | None:
+def handle_produce(broker: Broker, request, context: RequestContext):
     responses = []
     failures = []
+    delayed = []  # (partition response, topic partition, offset the ISR must pass)
     for topic_data in request.topic_data:
         name = topic_data.name if context.api_version < 13 else None
         try:
@@ -33,32 +38,46 @@ def handle_produce(broker: Broker, request, context: RequestContext) -> dict | N
             try:
                 if topic_error:
                     raise topic_error
-                response = _append(broker, request.acks, TopicPartition(name, partition_data.index),
-                                   partition_data.records, context.now_ms)
+                topic_partition = TopicPartition(name, partition_data.index)
+                response, required_offset = _append(broker, request.acks, topic_partition,
+                                                    partition_data.records, request.transactional_id, context.now_ms)
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
                             "log_start_offset": NO_OFFSET, "record_errors": [], "error_message": e.message or None}
+                required_offset = None
             partition_responses.append({"index": partition_data.index, **response})
+            if request.acks == ACKS_ALL and required_offset is not None and broker.acks_purgatory is not None:
+                delayed.append((partition_responses[-1], topic_partition, required_offset))
         responses.append({"name": name, "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partition_responses})
     if request.acks == ACKS_NONE:
         if failures:
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failures))
         return None
-    return {"responses": responses, "throttle_time_ms": 0}
+    response = {"responses": responses, "throttle_time_ms": 0}
+    if delayed:
+        return _await_replication(broker, response, delayed, request.timeout_ms)
+    return response
 
 
-def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, now_ms: int) -> dict:
+async def _await_replication(broker: Broker, response: dict, delayed: list, timeout_ms: int) -> dict:
+    for partition_response, topic_partition, required_offset in delayed:
+        error = await broker.acks_purgatory.wait_for_replication(broker, topic_partition, required_offset, timeout_ms)
+        if error != ErrorCode.NONE:
+            partition_response.update(error_code=error, error_message=error.name)
+    return response
+
+
+def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, transactional_id: str | None,
+            now_ms: int) -> tuple[dict, int]:
+    """The partition response and the offset the ISR must pass before an acks=all answer."""
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use -1, 0 or 1")
-    partition = broker.partition(topic_partition)
-    log_config = partition.log.config
-    in_sync_replicas = 1
-    if acks == ACKS_ALL and in_sync_replicas < log_config.min_insync_replicas:
-        raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                         f"ISR size {in_sync_replicas} < min.insync.replicas={log_config.min_insync_replicas}")
-    info = broker.append(topic_partition, records if records is not None else b"", now_ms)  # validates
+    transactions = txn_node(broker, now_ms)
+    transactions.check_produce(topic_partition, transactional_id, records)  # KIP-890 verification
+    info = broker.append(topic_partition, records if records is not None else b"", now_ms, acks)  # validates
+    transactions.on_produced(topic_partition, records, info.first_offset)
     return {"error_code": ErrorCode.NONE, "base_offset": info.first_offset,
             "log_append_time_ms": info.log_append_time_ms, "log_start_offset": info.log_start_offset,
-            "record_errors": [], "error_message": None}
+            "record_errors": [], "error_message": None}, info.last_offset + 1

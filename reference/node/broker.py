@@ -21,6 +21,7 @@ from reference.config import BrokerConfig, read_properties_file
 from reference.node.metadata import TOPIC_RESOURCE, MetadataImage, TopicImage
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
+from reference.replication import EpochEndOffset
 from reference.storage import Log, LogConfig
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -58,12 +59,18 @@ class PartitionState:
         self.high_watermark = log.log_end_offset
         self.last_flush_ms = 0  # for flush.ms on an idle partition; appends flush by themselves
 
+    def read_for_consumer(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool = True):
+        """What a consumer may read: nothing at or above the high watermark (VIS-1)."""
+        return self.log.read(fetch_offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+
     def advance_high_watermark(self) -> None:
         assert self.high_watermark <= self.log.log_end_offset
         self.high_watermark = self.log.log_end_offset
 
 
 class Broker:
+    acks_purgatory = None  # a cluster's shell sets its AcksPurgatory: acks=all then waits for the ISR
+
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
         assert config.log_dirs, "log.dirs is required"
         self.config = config
@@ -192,16 +199,49 @@ class Broker:
     def live_broker_count(self) -> int:
         return 1
 
+    @property
+    def controller_id(self) -> int:
+        return self.config.node_id  # this node is the only broker and the controller
+
+    def metadata_brokers(self) -> list[tuple[int, str, int, bool]]:
+        """(id, host, port, fenced) of every registered broker."""
+        host, port = self.config.advertised
+        return [(self.config.node_id, host, port, False)]
+
+    def partition_metadata(self, name: str, index: int) -> dict:
+        node_id = self.config.node_id
+        return {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node_id,
+                "leader_epoch": self.partition(TopicPartition(name, index)).leader_epoch,
+                "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
+
     # -- data -------------------------------------------------------------------------
+
+    def follower_fetch(self, topic_partition: TopicPartition, fetch, max_bytes: int, now_ms: int):
+        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "a single node has no follower replicas")
+
+    def offset_for_leader_epoch(self, topic_partition: TopicPartition, current_leader_epoch: int, leader_epoch: int):
+        """OffsetForLeaderEpoch on one node: every batch is in leader epoch 0."""
+        partition = self.partition(topic_partition)
+        if current_leader_epoch not in (-1, partition.leader_epoch):  # KIP-320
+            return EpochEndOffset(ErrorCode.FENCED_LEADER_EPOCH if current_leader_epoch < partition.leader_epoch
+                                  else ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if leader_epoch < 0:
+            return EpochEndOffset(ErrorCode.NONE)
+        return EpochEndOffset(ErrorCode.NONE, partition.leader_epoch, partition.log.log_end_offset)
+
 
     def partition(self, topic_partition: TopicPartition) -> PartitionState:
         if topic_partition not in self.partitions:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
         return self.partitions[topic_partition]
 
-    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int):
-        """Append a produced batch as leader; return the storage's LogAppendInfo."""
+    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1):
+        """Append a produced batch as leader; return the storage's LogAppendInfo. With acks=all
+        the ISR (this node alone) must reach min.insync.replicas first."""
         partition = self.partition(topic_partition)
+        if acks == -1 and partition.log.config.min_insync_replicas > 1:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"ISR size 1 < min.insync.replicas={partition.log.config.min_insync_replicas}")
         info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms)
         partition.advance_high_watermark()
         self.appended.add(topic_partition)
@@ -267,8 +307,7 @@ class Broker:
                     "use that --node-id or another --data-dir"
                 )
             return properties["cluster.id"]
-        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = self._new_cluster_id()
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
                     f"version={META_PROPERTIES_VERSION}\n")
@@ -276,6 +315,10 @@ class Broker:
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
         return cluster_id
+
+    def _new_cluster_id(self) -> str:
+        # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
+        return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def check_topic_name(name: str) -> None:

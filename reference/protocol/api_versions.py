@@ -3,7 +3,7 @@
 Every version in a range is implemented by a handler in reference/handlers/. Clients send
 min(their max, our max) (research/protocol.md §1), so the maxima follow Apache Kafka 4.3
 and every client gets its preferred version, flexible ones included. APIs that are not
-implemented yet (groups, transactions, SASL) are absent, so clients never send them.
+implemented yet (SASL, share groups, ...) are absent, so clients never send them.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),  # v0 removed in Kafka 4.0 (KIP-896)
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5),  # v6 (KIP-939 two-phase commit) is unstable
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # v0-1 removed in Kafka 4.0 (KIP-896)
     ApiKey.DESCRIBE_CONFIGS: (1, 4),  # v0 removed in Kafka 4.0 (KIP-896)
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
@@ -40,6 +41,15 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 0),
+    # Transactions (reference/handlers/transactions.py), transaction version 1: EndTxn and
+    # TxnOffsetCommit v5 (KIP-890 part 2) are not offered; AddPartitionsToTxn v4+ is for brokers.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 # Versions inside an advertised range that the broker still refuses (see PRODUCE above).

@@ -1,12 +1,16 @@
-"""The fetch purgatory: long-polling fetches wait here until an append lands on a partition
-they read, or their max_wait_ms runs out (Kafka's DelayedFetch, keyed by partition)."""
+"""Purgatories, keyed by partition. FetchPurgatory: long-polling fetches wait here until an
+append lands on a partition they read, or their max_wait_ms runs out (Kafka's DelayedFetch).
+AcksPurgatory: acks=all produces wait until their partition's replica settles them (Kafka's
+DelayedProduce), re-checked whenever the partition's high watermark, ISR or role changes."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 
 from reference.node.broker import TopicPartition
+from reference.protocol.errors import ErrorCode
 
 
 class FetchPurgatory:
@@ -37,3 +41,27 @@ class FetchPurgatory:
 
     def wake_all(self) -> None:
         self.notify(list(self._waiters))
+
+
+class AcksPurgatory:
+    def __init__(self) -> None:
+        self._changes = FetchPurgatory()
+
+    async def wait_for_replication(self, broker, topic_partition: TopicPartition, required_offset: int,
+                                   timeout_ms: int) -> ErrorCode:
+        deadline_s = time.monotonic() + timeout_ms / 1000
+        while True:
+            replica = broker.partitions.get(topic_partition)
+            status = replica.acks_all_status(required_offset) if replica else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if status is not None:
+                return status
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self._changes.wait([topic_partition], remaining_s)
+
+    def notify(self, partitions: Iterable[TopicPartition]) -> None:
+        self._changes.notify(partitions)
+
+    def wake_all(self) -> None:
+        self._changes.wake_all()

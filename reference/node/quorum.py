@@ -1,0 +1,129 @@
+"""The controller quorum's durable state on one node, and its messages as JSON for the wire.
+
+KRaft keeps the metadata log as an ordinary partition log, `__cluster_metadata-0`, and the
+vote in a `quorum-state` file. DurableRaftNode does the same around the sans-IO RaftNode:
+every entry the Raft core appends is written to that Log (one batch per run of entries of
+one epoch, the batch's partition leader epoch is the Raft epoch, the record value is the
+metadata record as JSON), every truncation truncates it, and `persist` flushes the log and
+rewrites `quorum-state` (epoch, voted-for) before the caller sends the outbox, as Raft
+requires (§5.2: a vote or an entry is durable before anyone hears of it). On start the
+entries are read back; what was committed is learnt again from the leader.
+
+Snapshots are not taken here: the metadata log of a test cluster stays small.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import random
+
+from reference.controller.raft import (
+    BeginQuorumEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    RaftConfig,
+    RaftNode,
+    VoteRequest,
+    VoteResponse,
+)
+from reference.protocol.records import Record, build_batch, iter_batches
+from reference.storage import Log, LogConfig
+
+QUORUM_STATE_FILE = "quorum-state"
+READ_BYTES_MAX = 1 << 20
+RAFT_MESSAGES = {cls.__name__: cls for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse)}
+
+
+def parse_voters(voters: str) -> dict[int, tuple[str, int]]:
+    """controller.quorum.voters, `1@127.0.0.1:9092,2@127.0.0.1:9093` -> {1: ("127.0.0.1", 9092), ...}."""
+    parsed = {}
+    for voter in voters.split(","):
+        node_id, sep, address = voter.strip().partition("@")
+        host, sep2, port = address.rpartition(":")
+        if not (sep and sep2 and node_id.isdigit() and port.isdigit()):
+            raise ValueError(f"controller.quorum.voters entry {voter!r} is not ID@HOST:PORT")
+        parsed[int(node_id)] = (host, int(port))
+    return parsed
+
+
+class DurableRaftNode(RaftNode):
+    """A RaftNode whose log lives in a Log on disk and whose vote lives in quorum-state."""
+
+    metadata_log: Log
+    state_path: str
+    _persisted_vote: tuple[int, int] = (0, -1)
+
+    @classmethod
+    def open(cls, log_dir: str, node_id: int, voters: tuple[int, ...], config: RaftConfig,
+             now_ms: int) -> DurableRaftNode:
+        metadata_log = Log(log_dir, LogConfig(), now_ms=now_ms)
+        state_path = os.path.join(log_dir, QUORUM_STATE_FILE)
+        epoch, voted_for = 0, -1
+        if os.path.exists(state_path):
+            with open(state_path, encoding="utf-8") as f:
+                state = json.load(f)
+            epoch, voted_for = state["leaderEpoch"], state["votedId"]
+        node = cls(node_id, voters, random.Random(), config, epoch=epoch, voted_for=voted_for,
+                   log=list(_read_entries(metadata_log)))
+        node.metadata_log, node.state_path = metadata_log, state_path
+        node._persisted_vote = (epoch, voted_for)
+        return node
+
+    def _append(self, entries) -> None:
+        entries = list(entries)
+        super()._append(entries)
+        now_ms = 0  # the metadata log's own timestamps are not used
+        for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch):
+            batch = build_batch([Record(timestamp=now_ms, value=json.dumps(entry.record, sort_keys=True).encode())
+                                 for entry in run])
+            self.metadata_log.append_as_leader(batch, epoch, now_ms)
+        assert self.metadata_log.log_end_offset == self.log_end_offset, (self.metadata_log.log_end_offset,
+                                                                          self.log_end_offset)
+
+    def _truncate_to(self, offset: int) -> None:
+        super()._truncate_to(offset)
+        self.metadata_log.truncate_to(offset)
+
+    def persist(self, now_ms: int) -> None:
+        """Make the log and the vote durable; call before sending the outbox."""
+        self.metadata_log.flush(now_ms)
+        if (self.epoch, self.voted_for) != self._persisted_vote:
+            with open(self.state_path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump({"leaderEpoch": self.epoch, "votedId": self.voted_for}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(self.state_path + ".tmp", self.state_path)
+            self._persisted_vote = (self.epoch, self.voted_for)
+
+    def close(self) -> None:
+        self.metadata_log.close()
+
+
+def _read_entries(metadata_log: Log):
+    offset = metadata_log.log_start_offset
+    assert offset == 0, "the metadata log is never trimmed (no snapshots)"
+    while offset < metadata_log.log_end_offset:
+        read = metadata_log.read(offset, READ_BYTES_MAX)
+        for batch in iter_batches(read.records):
+            for record in batch.records():
+                yield Entry(batch.partition_leader_epoch, json.loads(record.value))
+            offset = batch.last_offset + 1
+
+
+def encode_raft_message(message) -> bytes:
+    fields = dataclasses.asdict(message)
+    if isinstance(message, FetchResponse):
+        assert message.snapshot is None, "snapshots are not sent (none are taken)"
+        fields["entries"] = [[entry.epoch, entry.record] for entry in message.entries]
+    return json.dumps({"type": type(message).__name__, **fields}).encode()
+
+
+def decode_raft_message(payload: bytes):
+    fields = json.loads(payload)
+    cls = RAFT_MESSAGES[fields.pop("type")]
+    if cls is FetchResponse:
+        fields["entries"] = tuple(Entry(epoch, record) for epoch, record in fields["entries"])
+    return cls(**fields)
