@@ -49,6 +49,7 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40  # KIP-534: the base timestamp field holds the delete horizon
 
 TIMESTAMP_TYPE_CREATE_TIME = 0
 TIMESTAMP_TYPE_LOG_APPEND_TIME = 1
@@ -176,6 +177,11 @@ class RecordBatch:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When compaction may drop this batch's tombstones (KIP-534); None until a cleaner set it."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
     @property
     def last_offset(self) -> int:
@@ -411,9 +417,49 @@ def build_batch(records: Sequence[Record], *, base_offset: int = 0, compression:
     """Encode records as one v2 batch, as a producer would. The records take consecutive
     offsets from `base_offset` (their own `offset` field is not read); timestamps are theirs."""
     assert records, "a batch holds at least one record"
-    base_timestamp = records[0].timestamp
+    attributes = (compression | (TIMESTAMP_TYPE_MASK if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME else 0)
+                  | (TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0))
+    return _encode_batch(records, range(len(records)), base_offset=base_offset, last_offset_delta=len(records) - 1,
+                         attributes=attributes, base_timestamp=records[0].timestamp,
+                         max_timestamp=max(record.timestamp for record in records), producer_id=producer_id,
+                         producer_epoch=producer_epoch, base_sequence=base_sequence,
+                         partition_leader_epoch=partition_leader_epoch)
+
+
+def rebuild_batch(batch: RecordBatch, records: Sequence[Record], *, delete_horizon_ms: int | None = None) -> bytes:
+    """A copy of `batch` holding only `records`, each at its ORIGINAL offset, as log compaction
+    writes it (Kafka's MemoryRecords.filterTo). The header keeps the base offset and the last
+    offset delta, so the batch spans the same offsets and the producer's last sequence survives,
+    and keeps producer id, epoch, base sequence, leader epoch, compression and timestamp type;
+    record offset deltas may now leave gaps, which v2 allows. With `delete_horizon_ms` the
+    delete-horizon attribute is set and the base timestamp field holds the horizon (KIP-534);
+    record timestamps stay theirs (their deltas are taken from the horizon). No records gives
+    an empty, uncompressed batch that only carries the producer metadata."""
+    assert all(batch.base_offset <= record.offset <= batch.last_offset for record in records), batch
+    assert all(a.offset < b.offset for a, b in zip(records, records[1:])), "records keep their order"
+    attributes = batch.attributes & ~DELETE_HORIZON_MASK & ~(COMPRESSION_MASK if not records else 0)
+    if delete_horizon_ms is not None:
+        attributes |= DELETE_HORIZON_MASK
+        base_timestamp = delete_horizon_ms
+    else:
+        base_timestamp = records[0].timestamp if records else batch.base_timestamp
+    max_timestamp = batch.max_timestamp
+    if records and batch.timestamp_type == TIMESTAMP_TYPE_CREATE_TIME:
+        max_timestamp = max(record.timestamp for record in records)
+    return _encode_batch(records, [record.offset - batch.base_offset for record in records],
+                         base_offset=batch.base_offset, last_offset_delta=batch.last_offset_delta,
+                         attributes=attributes, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                         producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
+                         base_sequence=batch.base_sequence, partition_leader_epoch=batch.partition_leader_epoch)
+
+
+def _encode_batch(records: Sequence[Record], offset_deltas: Sequence[int], *, base_offset: int,
+                  last_offset_delta: int, attributes: int, base_timestamp: int, max_timestamp: int,
+                  producer_id: int, producer_epoch: int, base_sequence: int, partition_leader_epoch: int) -> bytes:
+    """The one encoder of v2 batches: records at the given offset deltas, header as given, CRC-32C."""
+    assert len(offset_deltas) == len(records) and all(0 <= d <= last_offset_delta for d in offset_deltas)
     body = bytearray()
-    for offset_delta, record in enumerate(records):
+    for offset_delta, record in zip(offset_deltas, records):
         encoded = bytearray(b"\x00")  # record attributes
         _write_varint(record.timestamp - base_timestamp, encoded)
         _write_varint(offset_delta, encoded)
@@ -425,12 +471,11 @@ def build_batch(records: Sequence[Record], *, base_offset: int = 0, compression:
             _write_varbytes(header_value, encoded)
         _write_varint(len(encoded), body)
         body += encoded
+    compression = attributes & COMPRESSION_MASK
     payload = compress(compression, body) if compression != CompressionType.NONE else bytes(body)
-    attributes = (compression | (TIMESTAMP_TYPE_MASK if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME else 0)
-                  | (TRANSACTIONAL_MASK if is_transactional else 0) | (CONTROL_MASK if is_control else 0))
     batch = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
     _HEADER.pack_into(batch, 0, base_offset, len(batch) - LOG_OVERHEAD, partition_leader_epoch, 2, 0, attributes,
-                      len(records) - 1, base_timestamp, max(record.timestamp for record in records),
+                      last_offset_delta, base_timestamp, max_timestamp,
                       producer_id, producer_epoch, base_sequence, len(records))
     batch[RECORD_BATCH_OVERHEAD:] = payload
     _UINT32.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))

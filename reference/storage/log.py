@@ -31,6 +31,7 @@ from typing import Iterator
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
 from reference.storage.config import LogConfig
+from reference.storage.cleaner import complete_or_discard_swaps
 from reference.storage.producer_state import ProducerStateManager
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
 
@@ -96,6 +97,7 @@ class Log:
     # ------------------------------------------------------------ opening
 
     def _load(self, now_ms: int) -> None:
+        complete_or_discard_swaps(self.dir_path, self.config.index_interval_bytes)  # a compaction cut short
         clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
         clean_shutdown = os.path.exists(clean_marker)
         base_offsets = sorted(int(name[:-4]) for name in os.listdir(self.dir_path) if name.endswith(".log"))
@@ -171,6 +173,8 @@ class Log:
         producer_state). A duplicate idempotent batch is not appended; its original offsets
         are returned."""
         (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
+        if self.config.compact and any(record.key is None for record in batch.records()):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key")
         if batch.producer_id >= 0:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:

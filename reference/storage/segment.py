@@ -26,14 +26,19 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 
 class LogSegment:
-    def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int, created_ms: int) -> None:
+    def __init__(self, dir_path: str, base_offset: int, *, index_interval_bytes: int, created_ms: int,
+                 file_suffix: str = "") -> None:
+        """`file_suffix` ("" or the cleaner's ".cleaned"/".swap") follows each file's extension."""
         self.dir_path = dir_path
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.log_path = os.path.join(dir_path, segment_file_name(base_offset, ".log"))
-        self.offset_index = OffsetIndex(os.path.join(dir_path, segment_file_name(base_offset, ".index")), base_offset)
-        self.time_index = TimeIndex(os.path.join(dir_path, segment_file_name(base_offset, ".timeindex")), base_offset)
+        self.file_suffix = file_suffix
+        self.log_path = os.path.join(dir_path, segment_file_name(base_offset, ".log" + file_suffix))
+        self.offset_index = OffsetIndex(os.path.join(dir_path, segment_file_name(base_offset, ".index" + file_suffix)),
+                                        base_offset)
+        self.time_index = TimeIndex(os.path.join(dir_path, segment_file_name(base_offset, ".timeindex" + file_suffix)),
+                                    base_offset)
         self.size_bytes = 0
         self.next_offset = base_offset  # one past the last offset stored here
         self.max_timestamp = NO_TIMESTAMP
@@ -45,8 +50,10 @@ class LogSegment:
     # ------------------------------------------------------------ opening
 
     @classmethod
-    def create(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int, created_ms: int) -> LogSegment:
-        segment = cls(dir_path, base_offset, index_interval_bytes=index_interval_bytes, created_ms=created_ms)
+    def create(cls, dir_path: str, base_offset: int, *, index_interval_bytes: int, created_ms: int,
+               file_suffix: str = "") -> LogSegment:
+        segment = cls(dir_path, base_offset, index_interval_bytes=index_interval_bytes, created_ms=created_ms,
+                      file_suffix=file_suffix)
         with open(segment.log_path, "xb"):
             pass
         segment.offset_index.reset()
@@ -192,6 +199,18 @@ class LogSegment:
             self._append_fd = None
         self.offset_index.close()
         self.time_index.close()
+
+    def change_file_suffix(self, file_suffix: str) -> None:
+        """Rename the three files (closed first): indexes before the log, so a `.log` under the
+        new suffix means its indexes were renamed too (Kafka's changeFileSuffixes)."""
+        self.close()
+        old_paths = (self.offset_index.path, self.time_index.path, self.log_path)
+        self.file_suffix = file_suffix
+        self.offset_index.path, self.time_index.path, self.log_path = (
+            os.path.join(self.dir_path, segment_file_name(self.base_offset, extension + file_suffix))
+            for extension in (".index", ".timeindex", ".log"))
+        for old_path, new_path in zip(old_paths, (self.offset_index.path, self.time_index.path, self.log_path)):
+            os.replace(old_path, new_path)
 
     def delete_files(self) -> None:
         self.close()
