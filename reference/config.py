@@ -24,6 +24,9 @@ TOPIC_DEFAULT_SYNONYMS = {
     "log.message.timestamp.type": "message.timestamp.type",
     "log.flush.interval.messages": "flush.messages",
     "log.flush.interval.ms": "flush.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
 }
 
 
@@ -42,6 +45,11 @@ class BrokerConfig:
     log_retention_ms: int = 7 * 24 * 3600 * 1000
     log_retention_bytes: int = -1
     log_retention_check_interval_ms: int = 300_000
+    log_cleaner_enable: bool = True  # compaction of cleanup.policy=compact topics (reference/storage/cleaner.py)
+    log_cleaner_backoff_ms: int = 15_000  # the pause between cleaner passes
+    log_cleaner_delete_retention_ms: int = 24 * 3600 * 1000
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_min_compaction_lag_ms: int = 0
     log_segment_bytes: int = 1024 * MiB
     log_roll_ms: int = 7 * 24 * 3600 * 1000
     log_cleanup_policy: str = "delete"
@@ -123,6 +131,7 @@ class BrokerConfig:
             (self.message_max_bytes >= 0, "message.max.bytes must be >= 0"),
             (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
+            (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),
             (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),
             (self.process_roles == "broker,controller" or not self.controller_quorum_voters,
              "only combined mode is supported: process.roles=broker,controller"),
@@ -174,6 +183,8 @@ def _parse(key: str, raw: str, kind: object) -> object:
             return raw.lower() == "true"
         if kind in ("int", int):
             return int(raw)
+        if kind in ("float", float):
+            return float(raw)
         return raw
     except ValueError:
         raise ValueError(f"property {key}={raw!r} is not a valid {kind}") from None

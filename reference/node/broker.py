@@ -23,6 +23,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
 from reference.storage import Log, LogConfig
+from reference.storage import cleaner
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
@@ -87,6 +88,7 @@ class Broker:
                 self._open_partition(topic, index, now_ms)
         self._producer_id_next = self.image.next_producer_id
         self._last_retention_check_ms = now_ms
+        self._last_cleaner_run_ms = now_ms
         self.appended: set[TopicPartition] = set()  # effects for the shell: wake fetches
 
     # -- metadata ---------------------------------------------------------------------
@@ -248,7 +250,8 @@ class Broker:
         return info
 
     def tick(self, now_ms: int) -> None:
-        """Periodic work: time-based flush (flush.ms) and retention (log.retention.check.interval.ms)."""
+        """Periodic work: time-based flush (flush.ms), retention (log.retention.check.interval.ms)
+        and compaction of compacted topics (log.cleaner.enable, log.cleaner.backoff.ms)."""
         for partition in self.partitions.values():
             if now_ms - partition.last_flush_ms >= partition.log.config.flush_ms:
                 partition.log.flush(now_ms)
@@ -257,6 +260,11 @@ class Broker:
             self._last_retention_check_ms = now_ms
             for partition in self.partitions.values():
                 partition.log.enforce_retention(now_ms)
+        if self.config.log_cleaner_enable and now_ms - self._last_cleaner_run_ms >= self.config.log_cleaner_backoff_ms:
+            self._last_cleaner_run_ms = now_ms
+            for partition in self.partitions.values():
+                if partition.log.config.compact:
+                    cleaner.clean(partition.log, now_ms, high_watermark=partition.high_watermark)
 
     def close(self) -> None:
         """Flush and close every log; each leaves its clean-shutdown marker."""
