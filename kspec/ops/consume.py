@@ -3,12 +3,14 @@
 Without --group the consumer assigns itself the partitions and commits nothing; with --group
 it subscribes as a member of that consumer group, commits what it printed, and reports the
 group's committed offsets when it stops. It stops at --max-messages, after --timeout-ms
-without a record, or on Ctrl-C; all three are a clean exit.
+without a record, or on Ctrl-C or SIGTERM; all are a clean exit (code 0).
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 
 import click
@@ -95,11 +97,14 @@ def consume(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
         first = OFFSET_BEGINNING if from_beginning else OFFSET_END
         consumer.assign([TopicPartition(topic, p, first if offset is None else offset)
                          for p in partitions if partition in (None, p)])
+    # Ctrl-C (or SIGTERM) is how a console consumer is stopped: it ends the loop between two
+    # records, so the count reported is exactly what was printed, and the group commits it.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     printer = RecordPrinter(consumer, output_format, fields)
     try:
-        printer.run(max_messages, timeout_ms)
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how a console consumer is stopped: report and close as at any other end
+        printer.run(max_messages, timeout_ms, stop)
     finally:
         click.echo(f"Processed a total of {printer.printed} messages.", err=True)
         if group:
@@ -108,7 +113,7 @@ def consume(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
 
 
 class RecordPrinter:
-    """Polls and prints records until a limit is reached; `printed` counts them, even after Ctrl-C."""
+    """Polls and prints records until a limit is reached or `stop` is set; `printed` counts them."""
 
     def __init__(self, consumer: Consumer, output_format: str, fields: tuple[str, ...]) -> None:
         self.consumer = consumer
@@ -117,10 +122,10 @@ class RecordPrinter:
         self.printed = 0
         self.warned: set[int] = set()
 
-    def run(self, max_messages: int | None, timeout_ms: int | None) -> None:
+    def run(self, max_messages: int | None, timeout_ms: int | None, stop: threading.Event) -> None:
         last_record_s = time.monotonic()
         try:
-            while max_messages is None or self.printed < max_messages:
+            while not stop.is_set() and (max_messages is None or self.printed < max_messages):
                 message = self.consumer.poll(POLL_INTERVAL_S)
                 if message is None:
                     sys.stdout.flush()  # idle: let a reader at the other end of a pipe see what came
