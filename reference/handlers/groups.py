@@ -25,6 +25,7 @@ from reference.handlers.context import RequestContext
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode
 from reference.protocol.records import Record, build_batch, iter_batches
+from reference.transaction.partition import committed_records
 
 COORDINATOR_KEY_TYPES = {0: "group", 1: "transaction"}  # FindCoordinator KeyType
 BATCHED_COORDINATOR_KEYS_VERSION = 4  # FindCoordinator v4+ (KIP-699)
@@ -68,17 +69,20 @@ class GroupNode:
             self._replay(broker.partition(TopicPartition(CONSUMER_OFFSETS_TOPIC, partition)).log, now_ms)
 
     def _replay(self, log, now_ms: int) -> None:
+        """Replay in log order; offsets of aborted or open transactions (TxnOffsetCommit) are skipped."""
         offset = log.log_start_offset
+        batches = []
         while offset < log.log_end_offset:
             read = log.read(offset, READ_BYTES_MAX)
             if not read.records:
                 break
             for batch in iter_batches(read.records):
                 if batch.last_offset >= offset:
-                    for record in batch.records():
-                        if record.offset >= offset:
-                            self.coordinator.replay(record.key, record.value, now_ms)
+                    batches.append(batch)
                 offset = batch.last_offset + 1
+        for record in committed_records(batches):
+            if record.offset >= log.log_start_offset:
+                self.coordinator.replay(record.key, record.value, now_ms)
 
     def topics(self) -> list[TopicMetadata]:
         return [TopicMetadata(topic.topic_id, topic.name, topic.partition_count)

@@ -1,15 +1,17 @@
 """ListOffsets (key 2) and DeleteRecords (key 21): find offsets in a log, move its start.
 
-ListOffsets special timestamps (ListOffsetsRequest): -1 LATEST (the high watermark, which
-is also the last stable offset here), -2 EARLIEST (log start), -3 MAX_TIMESTAMP (KIP-734),
--4 EARLIEST_LOCAL (KIP-405: the log start, nothing is tiered), -5 LATEST_TIERED and -6
-EARLIEST_PENDING_UPLOAD (nothing is tiered: no offset). Any other value finds the first
-offset whose timestamp is at least that value.
+ListOffsets special timestamps (ListOffsetsRequest): -1 LATEST (the high watermark, or the
+last stable offset for isolation_level=read_committed, v2+), -2 EARLIEST (log start),
+-3 MAX_TIMESTAMP (KIP-734), -4 EARLIEST_LOCAL (KIP-405: the log start, nothing is tiered),
+-5 LATEST_TIERED and -6 EARLIEST_PENDING_UPLOAD (nothing is tiered: no offset). Any other
+value finds the first offset whose timestamp is at least that value; read_committed
+consumers see none at or above the last stable offset.
 """
 from __future__ import annotations
 
 from reference.handlers.context import RequestContext
 from reference.handlers.leader_epoch import check_current_leader_epoch
+from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
 
@@ -19,6 +21,7 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+READ_COMMITTED = 1
 NO_TIMESTAMP = -1
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -31,9 +34,13 @@ def handle_list_offsets(broker: Broker, request, context: RequestContext) -> dic
         partitions = []
         for wanted in topic.partitions:
             try:
-                partition = broker.partition(TopicPartition(topic.name, wanted.partition_index))
+                topic_partition = TopicPartition(topic.name, wanted.partition_index)
+                partition = broker.partition(topic_partition)
                 check_current_leader_epoch(partition, wanted.get("current_leader_epoch", -1))  # v4+
-                timestamp, offset = _lookup(partition, wanted.timestamp)
+                visible_offset = partition.high_watermark
+                if request.get("isolation_level", 0) == READ_COMMITTED:
+                    visible_offset = txn_node(broker, context.now_ms).last_stable_offset(topic_partition)
+                timestamp, offset = _lookup(partition, wanted.timestamp, visible_offset)
                 answer = {"error_code": ErrorCode.NONE, "timestamp": timestamp, "offset": offset,
                           "leader_epoch": partition.leader_epoch if offset != NO_OFFSET else NO_LEADER_EPOCH}
             except KafkaError as e:
@@ -44,10 +51,11 @@ def handle_list_offsets(broker: Broker, request, context: RequestContext) -> dic
     return {"throttle_time_ms": 0, "topics": topics}
 
 
-def _lookup(partition, timestamp: int) -> tuple[int, int]:
+def _lookup(partition, timestamp: int, visible_offset: int) -> tuple[int, int]:
+    """`visible_offset`: the high watermark, or the last stable offset for read_committed."""
     log = partition.log
     if timestamp == LATEST_TIMESTAMP:
-        return NO_TIMESTAMP, partition.high_watermark
+        return NO_TIMESTAMP, visible_offset
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         return NO_TIMESTAMP, log.log_start_offset
     if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
@@ -58,7 +66,7 @@ def _lookup(partition, timestamp: int) -> tuple[int, int]:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {timestamp}")
     else:
         found = log.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    if found is None or found[0] >= visible_offset:
         return NO_TIMESTAMP, NO_OFFSET
     offset, timestamp = found
     return timestamp, offset

@@ -6,7 +6,8 @@ as Kafka mutes a channel while a request is in flight. Input the broker cannot a
 (a frame over the limit, an unknown API key, an unsupported version, a header or body
 that does not decode) closes that connection only, with one log line saying who and what;
 nothing is written to any log. ApiVersions of an unsupported version gets the KIP-511 v0
-reply instead. A timer calls `Broker.tick` with the time, for flush.ms and retention.
+reply instead. A timer calls `Broker.tick` with the time, for flush.ms and retention, and
+the group and transaction coordinators' timers.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from reference.handlers import HANDLERS
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.fetch import read_fetch
 from reference.handlers.groups import tick_groups
+from reference.handlers.transactions import tick_transactions
 from reference.node.broker import Broker
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS, is_supported
@@ -76,6 +78,7 @@ class BrokerServer:
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
             self.broker.tick(now_ms())
             tick_groups(self.broker, now_ms())
+            tick_transactions(self.broker, now_ms())
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -101,14 +101,18 @@ def test_delete_topics_by_name_and_by_id(client):
     assert not {"doomed-1", "doomed-2"} & {t.name for t in listed.topics}
 
 
-def test_init_producer_id_hands_out_fresh_ids_and_refuses_transactions(client):
+def test_init_producer_id_hands_out_fresh_ids_and_epochs_to_transactional_ids(client):
     ids = [client.request(ApiKey.INIT_PRODUCER_ID, version, {"transactional_id": None, "transaction_timeout_ms": 1000,
                                                              "producer_id": -1, "producer_epoch": -1})
            for version in (0, 4)]
     assert [r.error_code for r in ids] == [0, 0] and ids[0].producer_id != ids[1].producer_id
     assert [r.producer_epoch for r in ids] == [0, 0]
-    transactional = client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "txn", "transaction_timeout_ms": 1000})
-    assert transactional.error_code == ErrorCode.INVALID_REQUEST
+    transactional = [client.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "txn", "transaction_timeout_ms": 1000,
+                                                                 "producer_id": -1, "producer_epoch": -1})
+                     for _ in range(2)]
+    assert [r.error_code for r in transactional] == [ErrorCode.NONE] * 2
+    assert transactional[0].producer_id == transactional[1].producer_id not in {r.producer_id for r in ids}
+    assert [r.producer_epoch for r in transactional] == [0, 1]  # each init fences the one before
 
 
 def test_describe_cluster_names_this_node(client, broker):
