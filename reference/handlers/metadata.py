@@ -14,6 +14,8 @@ from reference.node.broker import Broker, check_topic_name
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
 
+# Kafka's Topic.INTERNAL_TOPICS: written by the coordinators only, reported with is_internal=true.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
 ENDPOINT_TYPE_BROKER = 1
 
@@ -73,6 +75,6 @@ def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) ->
 def _describe_topic(broker: Broker, name: str) -> dict:
     topic = broker.topic(name)
     partitions = [broker.partition_metadata(name, index) for index in range(topic.partition_count)]
-    return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": False,
+    return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": name in INTERNAL_TOPICS,
             "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
 

@@ -12,6 +12,7 @@ A transactional batch is first checked against its transaction (handlers/transac
 from __future__ import annotations
 
 from reference.handlers.context import CloseConnection, RequestContext
+from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -74,6 +75,8 @@ def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records,
     """The partition response and the offset the ISR must pass before an acks=all answer."""
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use -1, 0 or 1")
+    if topic_partition.topic in INTERNAL_TOPICS:  # as Kafka's ReplicaManager refuses appends from clients
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic_partition.topic}")
     transactions = txn_node(broker, now_ms)
     transactions.check_produce(topic_partition, transactional_id, records)  # KIP-890 verification
     info = broker.append(topic_partition, records if records is not None else b"", now_ms, acks)  # validates
