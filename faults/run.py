@@ -1,0 +1,227 @@
+"""One fault run: start a target, run the workload under a nemesis schedule, heal, read back.
+
+Phases, as Jepsen runs them (research/jepsen.md section 1, "Test phases"):
+  1. set up the network (namespaces, or the proxy layer), start the nodes, create topics;
+  2. main phase for time_limit_s: the workload at its rate, the nemesis flipping faults;
+  3. final heal of every active fault, then quiet_s of quiet with no faults;
+  4. final reads: every partition read from the beginning up to its high watermark;
+  5. stop the nodes and tear down everything made in 1, also on Ctrl-C or an error.
+
+The results folder holds history.parquet (spec/history.py), nemesis.jsonl (the
+timeline, one line per fault start or heal), run.json (the options `kspec check` reads),
+results.json (options, network mode and why, counts) and node-<i>.log with node-<i>/
+(each node's log and data).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from faults import net
+from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, Nemesis, Schedule
+from faults.proxy import ToxiproxyClient, ToxiproxyServer
+from faults.recorder import Recorder
+from faults.targets import MODES, Target, TargetError, reference_target, toml_target
+from faults.workload import CLIENT_LOGGER, Workload, WorkloadOptions
+
+HISTORY_SCHEMA_VERSION = 1
+TICK_S = 0.2
+RATE_WINDOW_S = 2.0
+TIMELINE_FILE = "nemesis.jsonl"
+CLIENTS_LOG_FILE = "clients.log"
+RUN_FILE = "run.json"          # the checker's options (spark_validation/options.py)
+RESULTS_FILE = "results.json"  # what happened in the run
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    target: str = "reference"            # "reference" or the path of a TOML target file
+    nodes: int = 1
+    nemeses: tuple[str, ...] = ("partition", "kill", "pause")
+    time_limit_s: float = 60.0
+    interval_s: float = INTERVAL_S_DEFAULT
+    quiet_s: float = 5.0
+    final_read_timeout_s: float = 30.0
+    network: str = "auto"                # auto, netns or proxy
+    seed: int = 0
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+
+    def __post_init__(self) -> None:
+        unknown = set(self.nemeses) - set(PACKAGES)
+        assert not unknown, f"unknown nemeses {sorted(unknown)}; known: {', '.join(PACKAGES)}"
+        assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the progress line shows."""
+    phase: str
+    elapsed_s: float
+    time_limit_s: float
+    ops_per_s: float
+    completions: dict[str, int]
+    active_faults: dict[str, dict]
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    mode: str
+    mode_reason: str
+    completions: dict[str, int]
+    ops_per_s: float
+    final_reads_complete: bool
+    workload_failures: list[str]
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def choose_mode(requested: str, nemeses: tuple[str, ...]) -> tuple[str, str]:
+    """The network mode and why: namespaces when they can be made, else the proxy layer."""
+    if requested == "proxy":
+        return "proxy", "requested"
+    if "link" in nemeses:
+        if requested == "netns":
+            raise RunError("link faults go through the proxy layer: use --network proxy (or auto)")
+        return "proxy", "link faults go through the proxy layer"
+    try:
+        net.check_capability()
+    except net.NetworkUnavailable as e:
+        if requested == "netns":
+            raise RunError(str(e)) from None
+        return "proxy", f"FALLBACK: {e}"
+    return "netns", "network namespaces available"
+
+
+def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] = lambda status: None) -> RunResult:
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise RunError(f"{out_dir} is not empty; give a new folder for the results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mode, mode_reason = choose_mode(options.network, options.nemeses)
+    rng = random.Random(options.seed)
+    state_path = net.STATE_DIR / f"ksf{os.getpid() % 100000}.json"
+    with contextlib.ExitStack() as cleanup:
+        _log_clients_to(out_dir / CLIENTS_LOG_FILE, cleanup)
+        network, toxiproxy = None, None
+        if mode == "netns":
+            network = net.Network(f"ksf{os.getpid() % 100000}", options.nodes)
+            cleanup.callback(network.destroy)
+            network.create()
+        else:
+            toxiproxy = _toxiproxy(cleanup)
+            cleanup.callback(lambda: state_path.exists() and net.clean_state_file(state_path))
+        target = _target(options, out_dir, mode, network, toxiproxy)
+        cleanup.callback(target.stop)
+        target.start()
+        net.record_processes(state_path, [node.pid for node in target.nodes])
+        recorder = Recorder(out_dir)
+        workload = Workload(target.bootstrap, recorder, options.workload, seed=options.seed)
+        workload.create_topics()
+        nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng)
+        cleanup.callback(nemesis.close)
+        schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
+        rate = _Rate()
+        started_s = time.monotonic()
+        workload.start()
+        try:
+            while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
+                for action, package in schedule.due(elapsed_s) if schedule else ():
+                    nemesis.apply(action, package)
+                    if action == "start" and package == "kill" or action == "stop":
+                        net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
+                progress(Status("main", elapsed_s, options.time_limit_s, rate.update(recorder),
+                                dict(recorder.completions), dict(nemesis.active)))
+                time.sleep(TICK_S)
+        finally:
+            workload.stop()
+            for action, package in schedule.heal_all() if schedule else ():
+                nemesis.apply(action, package)
+        net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
+        main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
+        quiet_until_s = time.monotonic() + options.quiet_s
+        while (left_s := quiet_until_s - time.monotonic()) > 0:
+            progress(Status("quiet", options.time_limit_s, options.time_limit_s, rate.update(recorder),
+                            dict(recorder.completions), {}))
+            time.sleep(min(TICK_S, left_s))
+        progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
+                        dict(recorder.completions), {}))
+        complete = workload.final_reads(options.final_read_timeout_s)
+        history_path = recorder.close()
+        result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
+                           workload.failures)
+        _write_results(out_dir, options, result, history_path)
+    return result
+
+
+def _log_clients_to(path: Path, cleanup: contextlib.ExitStack) -> None:
+    """librdkafka's log lines (connection refused, timeouts, ...) go to a file, not the terminal."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    CLIENT_LOGGER.addHandler(handler)
+    CLIENT_LOGGER.propagate = False
+    cleanup.callback(CLIENT_LOGGER.removeHandler, handler)
+    cleanup.callback(handler.close)
+
+
+def _toxiproxy(cleanup: contextlib.ExitStack) -> ToxiproxyClient:
+    """A real Toxiproxy at TOXIPROXY_URL, else the embedded server; our proxies are removed at the end."""
+    url = os.environ.get("TOXIPROXY_URL")
+    if not url:
+        server = ToxiproxyServer().start()
+        cleanup.callback(server.stop)
+        url = server.url
+    client = ToxiproxyClient(url)
+    cleanup.callback(lambda: [client.delete_proxy(name) for name in client.proxies() if name.startswith("kspec-")])
+    return client
+
+
+def _target(options: RunOptions, out_dir: Path, mode: str, network, toxiproxy) -> Target:
+    if options.target == "reference":
+        return reference_target(options.nodes, out_dir, mode, network, toxiproxy)
+    path = Path(options.target)
+    if path.suffix != ".toml" or not path.exists():
+        raise TargetError(f"--target is 'reference' or an existing .toml file, not {options.target!r}")
+    return toml_target(path, out_dir, mode, network, toxiproxy)
+
+
+def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
+    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": ["assign"], "ww_deps": True}))
+    results = {
+        "history_schema_version": HISTORY_SCHEMA_VERSION,
+        "history": history_path.name,
+        "options": dataclasses.asdict(options),
+        "network_mode": result.mode,
+        "network_mode_reason": result.mode_reason,
+        "completions": result.completions,
+        "main_phase_ops_per_s": round(result.ops_per_s, 1),
+        "final_reads_complete": result.final_reads_complete,
+        "workload_failures": result.workload_failures,
+    }
+    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+class _Rate:
+    """Completions per second over the last RATE_WINDOW_S."""
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def update(self, recorder: Recorder) -> float:
+        now_s, total = time.monotonic(), sum(recorder.completions.values())
+        self.samples.append((now_s, total))
+        while self.samples and now_s - self.samples[0][0] > RATE_WINDOW_S:
+            self.samples.popleft()
+        first_s, first_total = self.samples[0]
+        return (total - first_total) / (now_s - first_s) if now_s > first_s else 0.0

@@ -1,0 +1,306 @@
+"""The queue workload: Jepsen's Kafka workload, driven by confluent-kafka, every op recorded.
+
+As in jepsen.tests.kafka (research/jepsen.md section 1): abstract integer keys map to
+topic "t{key // 2}", partition key % 2; values are unique per key (one shared counter
+per key), sent as 8-byte big-endian longs. Each client *process* owns one producer and
+one consumer and runs one op at a time, paced so that all processes together invoke
+about rate_hz ops per second:
+
+- send: 1..sends_per_op_max records to random keys; ok when every record was acked
+  (with its offset), fail only when no record can have been written (the error is one
+  librdkafka raises before sending), info otherwise. After an info the process ends and
+  a new one (new producer, new consumer, process id + concurrency) takes its place.
+- poll: one consumer.consume(); ok with the records grouped by key, as Jepsen's poll
+  value is (a map of key to records); within a key they stay in offset order.
+- assign: with probability assign_p, a new random set of keys (earliest offsets, since
+  the workload never commits).
+- crash: with probability crash_p, the process drops its clients (a consumer crash).
+
+After the main phase, `final_reads` has a fresh process assign every key from the
+beginning and poll until it has read up to each partition's high watermark.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from faults.recorder import Recorder
+from spec.history import Poll, Record, Send
+
+POLL_RECORDS_MAX = 500
+ADMIN_TIMEOUT_S = 30.0
+CLIENT_LOG_LEVEL = 4          # librdkafka syslog level: warnings and errors
+CLIENT_LOGGER = logging.getLogger("faults.clients")  # run.py sends it to the run's clients.log
+FINAL_POLL_TIMEOUT_S = 1.0
+LATE_START_S_MAX = 1.0        # a process this far behind its pace skips ahead instead of bursting
+
+
+def topic_partition(key: int) -> tuple[str, int]:
+    """Jepsen's mapping of an abstract key to a Kafka topic-partition."""
+    return f"t{key // 2}", key % 2
+
+
+def key_of(topic: str, partition: int) -> int:
+    """The abstract key of a workload topic-partition (the inverse of topic_partition)."""
+    assert topic.startswith("t") and partition in (0, 1), (topic, partition)
+    return int(topic[1:]) * 2 + partition
+
+
+def encode_long(n: int) -> bytes:
+    return struct.pack(">q", n)
+
+
+def decode_long(data: bytes | None) -> int | None:
+    return None if data is None or len(data) != 8 else struct.unpack(">q", data)[0]
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    key_count: int = 8
+    concurrency: int = 8
+    rate_hz: float = 200.0
+    sends_per_op_max: int = 2
+    acks: str = "all"
+    idempotence: bool = True
+    isolation_level: str = "read_committed"
+    replication_factor: int = 1
+    assign_p: float = 1 / 64
+    crash_p: float = 0.0
+    send_timeout_s: float = 10.0
+    poll_timeout_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
+        assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
+        assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({topic_partition(k)[0] for k in range(self.key_count)})
+
+
+# librdkafka errors that mean the records never left the client: a definite failure.
+def _definite_error_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError
+    return frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION, KafkaError._INVALID_ARG,
+                      KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+
+
+class Client:
+    """One Jepsen process: a producer and a consumer, one op at a time."""
+
+    def __init__(self, process: int, bootstrap: str, options: WorkloadOptions) -> None:
+        from confluent_kafka import Consumer, Producer
+        self.process = process
+        self.options = options
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
+            "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
+            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER,
+        })
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "isolation.level": options.isolation_level,
+            "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER,
+        })
+
+    def close(self) -> None:
+        self.producer.purge()
+        self.producer.flush(0)
+        self.consumer.close()
+
+    def send(self, recorder: Recorder, records: list[Record]) -> str:
+        from confluent_kafka import KafkaException
+        invocation = recorder.invoke(self.process, "send", mops=[Send(r) for r in records])
+        outcomes: list[tuple | None] = [None] * len(records)  # (error, offset)
+
+        def on_delivery(index: int):
+            def callback(err, msg) -> None:
+                outcomes[index] = (err, None if err else msg.offset())
+            return callback
+
+        try:
+            for index, r in enumerate(records):
+                self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
+                                      partition=r.partition, on_delivery=on_delivery(index))
+        except (BufferError, KafkaException) as e:
+            outcomes = [o if o is not None else (e, None) for o in outcomes]
+        self.producer.flush(self.options.send_timeout_s + 1)
+        acked = [Send(Record(r.topic, r.partition, r.key, r.value, o[1] if o and o[0] is None else None))
+                 for r, o in zip(records, outcomes)]
+        errors = [o[0] for o in outcomes if o is None or o[0] is not None]
+        if not errors:
+            recorder.complete(invocation, "ok", mops=acked)
+            return "ok"
+        definite = _definite_error_codes()
+        all_definite = all(o is not None and o[1] is None and _code(o[0]) in definite for o in outcomes)
+        kind = "fail" if all_definite else "info"
+        recorder.complete(invocation, kind, mops=acked, extra={"error": str(errors[0] or "no delivery report")})
+        return kind
+
+    def poll(self, recorder: Recorder) -> str:
+        invocation = recorder.invoke(self.process, "poll", mops=(Poll(),))
+        try:
+            messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
+        except Exception as e:  # an indeterminate poll: the history says so
+            recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
+            return "info"
+        records, errors = [], []
+        for m in messages:
+            if m.error():
+                errors.append(str(m.error()))
+            else:
+                records.append(Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()),
+                                      m.offset()))
+        records.sort(key=lambda r: key_of(r.topic, r.partition))  # stable: offset order within a key stays
+        recorder.complete(invocation, "ok", mops=(Poll(tuple(records)),),
+                          extra={"error": errors[0]} if errors else None)
+        return "ok"
+
+    def assign(self, recorder: Recorder, keys: list[int], from_beginning: bool = False) -> str:
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, TopicPartition
+        assignment = [topic_partition(k) for k in sorted(keys)]
+        invocation = recorder.invoke(self.process, "assign", assignment=assignment,
+                                     extra={"seek-to-beginning": True} if from_beginning else None)
+        offset = OFFSET_BEGINNING if from_beginning else OFFSET_STORED
+        self.consumer.assign([TopicPartition(t, p, offset) for t, p in assignment])
+        recorder.complete(invocation, "ok")
+        return "ok"
+
+
+def _code(error) -> int | None:
+    code = getattr(error, "code", None)
+    return code() if callable(code) else None
+
+
+class Workload:
+    """concurrency processes invoking ops until stop(); see the module docstring."""
+
+    def __init__(self, bootstrap: str, recorder: Recorder, options: WorkloadOptions, seed: int = 0) -> None:
+        self.bootstrap = bootstrap
+        self.recorder = recorder
+        self.options = options
+        self.seed = seed
+        self.values = {k: itertools.count(1) for k in range(options.key_count)}
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.next_process = itertools.count(options.concurrency)  # ids for replacement processes
+        self.failures: list[str] = []  # exceptions that ended a worker thread
+
+    def create_topics(self) -> None:
+        """Two partitions per topic, created through the admin API; retried until the cluster answers."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        pending = set(self.options.topics)
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while pending:
+            futures = admin.create_topics([NewTopic(t, 2, self.options.replication_factor) for t in sorted(pending)],
+                                          operation_timeout=10)
+            for topic, future in futures.items():
+                try:
+                    future.result()
+                    pending.discard(topic)
+                except KafkaException as e:
+                    if e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        pending.discard(topic)
+                    elif time.monotonic() > deadline:
+                        raise
+            if pending:
+                time.sleep(0.5)
+
+    def start(self) -> None:
+        for worker in range(self.options.concurrency):
+            thread = threading.Thread(target=self._run_worker, args=(worker,), name=f"workload-{worker}",
+                                      daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join()
+
+    def _run_worker(self, worker: int) -> None:
+        options = self.options
+        rng = random.Random(self.seed * 1_000_003 + worker)
+        interval_s = options.concurrency / options.rate_hz
+        process = worker
+        client = Client(process, self.bootstrap, options)
+        try:
+            client.assign(self.recorder, self._random_keys(rng))
+            next_s = time.monotonic() + rng.uniform(0, interval_s)
+            while not self.stopping.is_set():
+                delay_s = next_s - time.monotonic()
+                if delay_s > 0:
+                    self.stopping.wait(delay_s)
+                elif delay_s < -LATE_START_S_MAX:
+                    next_s = time.monotonic()
+                next_s += interval_s
+                roll = rng.random()
+                if roll < options.crash_p:
+                    client = self._crash(client)
+                    client.assign(self.recorder, self._random_keys(rng))
+                elif roll < options.crash_p + options.assign_p:
+                    client.assign(self.recorder, self._random_keys(rng))
+                elif rng.random() < 0.5:
+                    keys = [rng.randrange(options.key_count) for _ in range(rng.randint(1, options.sends_per_op_max))]
+                    records = [Record(*topic_partition(k), k, next(self.values[k])) for k in keys]
+                    if client.send(self.recorder, records) == "info":
+                        client = self._replace(client)
+                        client.assign(self.recorder, self._random_keys(rng))
+                else:
+                    client.poll(self.recorder)
+        except Exception as e:  # recorded for the run's results; the other workers go on
+            self.failures.append(f"worker {worker}: {type(e).__name__}: {e}")
+        finally:
+            client.close()
+
+    def _random_keys(self, rng: random.Random) -> list[int]:
+        count = rng.randint(1, self.options.key_count)
+        return rng.sample(range(self.options.key_count), count)
+
+    def _replace(self, client: Client) -> Client:
+        client.close()
+        return Client(next(self.next_process), self.bootstrap, self.options)
+
+    def _crash(self, client: Client) -> Client:
+        invocation = self.recorder.invoke(client.process, "crash")
+        self.recorder.complete(invocation, "info")
+        return self._replace(client)
+
+    def final_reads(self, timeout_s: float) -> bool:
+        """A fresh process reads every partition from the beginning up to its high watermark.
+
+        Returns whether it got there within timeout_s."""
+        from confluent_kafka import KafkaException, TopicPartition
+        client = Client(next(self.next_process), self.bootstrap, self.options)
+        keys = list(range(self.options.key_count))
+        deadline = time.monotonic() + timeout_s
+        try:
+            high_watermarks = {}
+            for key in keys:
+                topic, partition = topic_partition(key)
+                while (topic, partition) not in high_watermarks:
+                    try:
+                        _, high = client.consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                        timeout=FINAL_POLL_TIMEOUT_S)
+                        high_watermarks[(topic, partition)] = high
+                    except KafkaException:
+                        if time.monotonic() > deadline:
+                            return False
+            client.assign(self.recorder, keys, from_beginning=True)
+            to_read = [TopicPartition(t, p) for (t, p), high in sorted(high_watermarks.items()) if high > 0]
+            while time.monotonic() < deadline:
+                client.poll(self.recorder)
+                positions = client.consumer.position(to_read)
+                if all(tp.offset >= high_watermarks[(tp.topic, tp.partition)] for tp in positions):
+                    return True
+            return False
+        finally:
+            client.close()

@@ -1,0 +1,120 @@
+"""Whole fault runs against the reference broker: they finish, heal, read back every acked
+write, record faults in the history, and leave nothing behind."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from faults import net
+from faults.edn import export_edn
+from faults.run import RunOptions, run
+from faults.workload import WorkloadOptions
+from spark_validation.jepsen import read_edn_history
+from spec.history import NEMESIS_PROCESS, Poll, Send, ops_from_table, ops_table, read_history
+
+SHORT = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0)
+
+
+def kspec_processes() -> set[int]:
+    """Broker processes whose command line names this test's tmp folder (none may outlive a run)."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"kspec" in command and b"faults-run" in command:
+                found.add(int(pid))
+    return found
+
+
+def acked_values_read_back(out_dir: Path) -> tuple[int, set]:
+    """(acked sends, acked (key, value) pairs that no poll returned)."""
+    ops = list(ops_from_table(read_history(out_dir / "history.parquet")))
+    acked = {(m.record.key, m.record.value) for op in ops if op.type == "ok" and op.f == "send"
+             for m in op.mops if isinstance(m, Send)}
+    read = {(r.key, r.value) for op in ops if op.type == "ok" for m in op.mops if isinstance(m, Poll)
+            for r in m.records}
+    return len(acked), acked - read
+
+
+def nemesis_fs(out_dir: Path) -> set[str]:
+    ops = ops_from_table(read_history(out_dir / "history.parquet"))
+    return {op.f for op in ops if op.process == NEMESIS_PROCESS}
+
+
+@pytest.mark.timeout(120)
+def test_a_short_run_with_kills_and_pauses_heals_reads_back_every_acked_write_and_cleans_up(
+        namespaces_available, tmp_path):
+    out_dir = tmp_path / "faults-run"
+    result = run(RunOptions(nodes=1, nemeses=("kill", "pause", "partition"), time_limit_s=14, interval_s=2,
+                            quiet_s=1, network="netns", seed=7, workload=SHORT), out_dir)
+    assert result.mode == "netns" and result.final_reads_complete and not result.workload_failures
+    acked, missing = acked_values_read_back(out_dir)
+    assert acked > 100 and missing == set()
+    assert {"start-kill", "stop-kill", "start-pause", "stop-pause"} <= nemesis_fs(out_dir)
+    timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
+    active = {}
+    for flip in timeline:
+        active[flip["package"]] = flip["action"] == "start"
+    assert not any(active.values()), "the final heal stopped every fault"
+    results = json.loads((out_dir / "results.json").read_text())
+    assert results["network_mode"] == "netns" and results["completions"]["ok"] > 200
+    assert json.loads((out_dir / "run.json").read_text()) == {"sub_via": ["assign"], "ww_deps": True}
+    assert (out_dir / "node-0.log").stat().st_size > 0 and not (out_dir / "history.parts").exists()
+    assert [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+            if n.startswith(f"ksf{os.getpid() % 100000}")] == []
+    assert kspec_processes() == set()
+
+
+@pytest.mark.timeout(120)
+def test_the_proxy_layer_carries_link_faults_and_client_partitions(tmp_path):
+    out_dir = tmp_path / "faults-run"
+    result = run(RunOptions(nodes=1, nemeses=("link", "partition", "pause"), time_limit_s=10, interval_s=1.5,
+                            quiet_s=1, network="proxy", seed=3, workload=SHORT), out_dir)
+    assert result.mode == "proxy" and result.final_reads_complete
+    acked, missing = acked_values_read_back(out_dir)
+    assert acked > 50 and missing == set()
+    timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
+    started = [flip for flip in timeline if flip["action"] == "start"]
+    assert any(f["package"] == "link" and "toxic" in f["value"] for f in started)
+    assert all("error" not in f["value"] for f in timeline), timeline
+    assert kspec_processes() == set()
+
+
+@pytest.mark.timeout(120)
+def test_a_toml_described_target_runs_under_the_same_harness(namespaces_available, tmp_path):
+    target_file = tmp_path / "reference-by-command.toml"
+    target_file.write_text(textwrap.dedent("""\
+        name = "reference-by-command"
+        nodes = 1
+        port = 9092
+        start = ["{python}", "-m", "kspec.cli", "broker", "--listen", "{host}:{port}",
+                 "--data-dir", "{data_dir}", "--node-id", "{node_id}",
+                 "--set", "advertised.host.name={advertised_host}"]
+        data_dir = "{run_dir}/node-{node_id}"
+        """))
+    out_dir = tmp_path / "faults-run"
+    result = run(RunOptions(target=str(target_file), nodes=1, nemeses=("kill",), time_limit_s=8, interval_s=2,
+                            quiet_s=1, network="netns", workload=SHORT), out_dir)
+    assert result.final_reads_complete
+    acked, missing = acked_values_read_back(out_dir)
+    assert acked > 50 and missing == set()
+    assert kspec_processes() == set()
+
+
+@pytest.mark.timeout(120)
+def test_jepsen_edn_exported_by_kspec_imports_back_to_the_same_parquet_history(tmp_path):
+    out_dir = tmp_path / "faults-run"
+    run(RunOptions(nodes=1, nemeses=("pause",), time_limit_s=4, interval_s=1, quiet_s=0.5, network="proxy",
+                   workload=SHORT), out_dir)
+    table = read_history(out_dir / "history.parquet")
+    edn = export_edn(ops_from_table(table), tmp_path / "history.edn")
+    assert edn.read_text().count("\n") == len(set(table.column("index").to_pylist()))
+    assert ops_table(read_edn_history(edn)).equals(table)
