@@ -184,15 +184,14 @@ class TransactionCoordinator:
         assert metadata is not None
         if metadata.state in PREPARE_STATES:
             return TxnEffects(ErrorCode.CONCURRENT_TRANSACTIONS)
-        added = set(partitions) - metadata.partitions
         effects = TxnEffects(producer_id=metadata.producer_id, producer_epoch=metadata.producer_epoch)
-        if metadata.state == S.ONGOING and not added:
+        if metadata.state == S.ONGOING and set(partitions) <= metadata.partitions:
             return effects
-        if metadata.state != S.ONGOING:
+        if metadata.state != S.ONGOING:  # a new transaction: the last one's partitions are done
             metadata.partitions.clear()
             metadata.start_timestamp_ms = now_ms
             metadata.transaction_version = transaction_version
-        metadata.partitions |= added
+        metadata.partitions |= set(partitions)
         metadata.transition(S.ONGOING, now_ms)
         self._write(metadata, effects)
         return effects
