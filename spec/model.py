@@ -54,20 +54,25 @@ class Model(Protocol):
     def describe_state(self, state: State) -> list[str]: ...
 
     def canonical(self, state: State) -> State:
-        """One representative of the state's symmetry class (the state itself when none)."""
+        """A representative of the state's symmetry class (the state itself when none)."""
+        ...
+
+    def renamings(self, state: State) -> Iterable[State]:
+        """Every member of the state's symmetry class, the state itself first."""
         ...
 
 
-def first_violation(model: Model, state: State) -> tuple[Invariant, str] | None:
-    for invariant in model.invariants:
+def first_violation(invariants: Iterable[Invariant], state: State) -> tuple[Invariant, str] | None:
+    for invariant in invariants:
         problem = invariant.check(state)
         if problem is not None:
             return invariant, problem
     return None
 
 
-def first_step_violation(model: Model, before: State, after: State) -> tuple[StepInvariant, str] | None:
-    for invariant in model.step_invariants:
+def first_step_violation(invariants: Iterable[StepInvariant], before: State,
+                         after: State) -> tuple[StepInvariant, str] | None:
+    for invariant in invariants:
         problem = invariant.check(before, after)
         if problem is not None:
             return invariant, problem

@@ -44,7 +44,7 @@ def simulate(model: Model, seed: int, steps: int) -> Simulation:
             state = rng.choice(initial)
             path = [(None, state)]
             result.walks += 1
-            violation = first_violation(model, state)
+            violation = first_violation(model.invariants, state)
         else:
             enabled = list(model.successors(state))
             if not enabled:
@@ -52,7 +52,8 @@ def simulate(model: Model, seed: int, steps: int) -> Simulation:
                 continue
             action, after = rng.choice(enabled)
             result.steps += 1
-            violation = first_step_violation(model, state, after) or first_violation(model, after)
+            violation = (first_step_violation(model.step_invariants, state, after)
+                         or first_violation(model.invariants, after))
             state = after
             path.append((action, state))
         if violation is not None:

@@ -127,6 +127,9 @@ class GroupModel:
     def canonical(self, state: GroupState) -> GroupState:
         return state  # the round-robin assignment orders members by id: no symmetry to use
 
+    def renamings(self, state: GroupState) -> tuple[GroupState, ...]:
+        return (state,)
+
     def describe_action(self, action: Action) -> str:
         name, m, *rest = action
         return {

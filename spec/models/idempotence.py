@@ -93,6 +93,9 @@ class IdempotenceModel:
     def canonical(self, state: IdempotenceState) -> IdempotenceState:
         return state
 
+    def renamings(self, state: IdempotenceState) -> tuple[IdempotenceState, ...]:
+        return (state,)
+
     def describe_action(self, action: Action) -> str:
         name, sequence = action
         return {"Send": "the producer sends batch with sequence {}",

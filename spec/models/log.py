@@ -177,6 +177,9 @@ class LogModel:
     def canonical(self, state: LogState) -> LogState:
         return state
 
+    def renamings(self, state: LogState) -> tuple[LogState, ...]:
+        return (state,)
+
     def describe_action(self, action: Action) -> str:
         name, argument = action
         return {

@@ -34,7 +34,8 @@ from spec.model import Action, Invariant, StepInvariant
 TRUNCATION_RULES = ("hw", "kip101", "kip279", "kip320first", "kip320")
 ACKS = ("0", "1", "all")
 NO_EPOCH = -1
-REPLICAS_MAX = 4  # symmetry reduction tries every permutation: 4! = 24
+NO_LEADER = -1  # an int rather than None: hashes, and so exploration order, are the same in every run
+REPLICAS_MAX = 4  # the symmetry reduction memoises renamings for each of the 4! permutations
 
 
 class Record(NamedTuple):
@@ -45,7 +46,7 @@ class Record(NamedTuple):
 class LeaderAndIsr(NamedTuple):
     """The quorum state, and the LeaderAndIsr request the controller sends for it."""
     leader_epoch: int
-    leader: int | None
+    leader: int
     isr: frozenset[int]
 
 
@@ -53,7 +54,7 @@ class Replica(NamedTuple):
     log: tuple[Record, ...]
     hw: int
     leader_epoch: int          # the epoch of the last LeaderAndIsr request it accepted
-    leader: int | None         # who it believes leads; itself when it presumes leadership
+    leader: int                # who it believes leads; itself when it presumes leadership
     isr: frozenset[int]        # its cached ISR (a leader's working copy)
     online: bool
 
@@ -78,6 +79,9 @@ class ReplicationConfig:
     min_insync_replicas: int = 1
     max_crashes: int = 0
     unclean_leader_election: bool = False
+    # LeaderAndIsr requests may arrive late, twice or out of order; when False a replica
+    # only ever sees the controller's latest request (a prompt, healthy network).
+    delayed_requests: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.replicas <= REPLICAS_MAX:
@@ -143,16 +147,17 @@ class ReplicationModel:
         self.step_invariants = (
             StepInvariant("REP-2", "quorum leader epoch only grows", self.quorum_epoch_grows),
         )
-        self._permutations = [p for p in permutations(self.replica_ids)][1:]
+        identity = tuple(self.replica_ids)
+        self._renamings = {p: _Renaming(p) for p in permutations(self.replica_ids) if p != identity}
 
     # -- the state machine --------------------------------------------------------------
 
     def initial_states(self) -> list[ReplicationState]:
         everyone = frozenset(self.replica_ids)
-        empty = Replica(log=(), hw=0, leader_epoch=NO_EPOCH, leader=None, isr=frozenset(), online=True)
+        empty = Replica(log=(), hw=0, leader_epoch=NO_EPOCH, leader=NO_LEADER, isr=frozenset(), online=True)
         return [ReplicationState(
             replicas=(empty,) * self.config.replicas,
-            quorum=LeaderAndIsr(NO_EPOCH, None, everyone),
+            quorum=LeaderAndIsr(NO_EPOCH, NO_LEADER, everyone),
             requests=frozenset(), next_record_id=0, acked=frozenset(), crashes=0, isr_copy_lost=False)]
 
     def successors(self, state: ReplicationState) -> Iterator[tuple[Action, ReplicationState]]:
@@ -163,7 +168,7 @@ class ReplicationModel:
             yield from self._crashes(state)
         yield from self._restarts(state)
 
-    def _controller_update(self, state: ReplicationState, leader: int | None, isr: frozenset[int],
+    def _controller_update(self, state: ReplicationState, leader: int, isr: frozenset[int],
                            replicas: tuple[Replica, ...] | None = None,
                            crashes: int | None = None) -> ReplicationState | None:
         """The controller bumps the epoch, writes the quorum state and sends the request."""
@@ -172,7 +177,7 @@ class ReplicationModel:
             return None
         quorum = LeaderAndIsr(epoch, leader, isr)
         # A request without a leader changes nothing on a replica, so it is not kept.
-        requests = state.requests | {quorum} if leader is not None else state.requests
+        requests = state.requests | {quorum} if leader != NO_LEADER else state.requests
         return ReplicationState(state.replicas if replicas is None else replicas, quorum, requests,
                                 state.next_record_id, state.acked,
                                 state.crashes if crashes is None else crashes, state.isr_copy_lost)
@@ -194,7 +199,7 @@ class ReplicationModel:
         for replica in self.replica_ids:
             if quorum.leader == replica:
                 isr = quorum.isr if quorum.isr == {replica} else quorum.isr - {replica}
-                after = self._controller_update(state, None, isr)
+                after = self._controller_update(state, NO_LEADER, isr)
             elif replica in quorum.isr:
                 after = self._controller_update(state, quorum.leader, quorum.isr - {replica})
             else:
@@ -202,9 +207,14 @@ class ReplicationModel:
             if after is not None:
                 yield ("ControllerShrinkIsr", replica, after.quorum), after
 
+    def _deliverable(self, state: ReplicationState) -> list[LeaderAndIsr]:
+        if self.config.delayed_requests:
+            return sorted(state.requests)
+        return sorted(r for r in state.requests if r.leader_epoch == state.quorum.leader_epoch)
+
     def _leader_actions(self, state: ReplicationState) -> Iterator[tuple[Action, ReplicationState]]:
         config, replicas = self.config, state.replicas
-        for request in sorted(state.requests):
+        for request in self._deliverable(state):
             leader = request.leader
             current = replicas[leader]
             if current.online and request.leader_epoch > current.leader_epoch:
@@ -234,7 +244,7 @@ class ReplicationModel:
 
     def _follower_actions(self, state: ReplicationState) -> Iterator[tuple[Action, ReplicationState]]:
         replicas = state.replicas
-        for request in sorted(state.requests):
+        for request in self._deliverable(state):
             leader = request.leader
             for replica in self.replica_ids:
                 current = replicas[replica]
@@ -250,7 +260,7 @@ class ReplicationModel:
         for follower in self.replica_ids:
             current = replicas[follower]
             leader = current.leader
-            if leader is None or leader == follower or not current.online:
+            if leader == NO_LEADER or leader == follower or not current.online:
                 continue
             leading = replicas[leader]
             if leading.leader != leader or not leading.online:
@@ -283,10 +293,10 @@ class ReplicationModel:
                 if not flushed and len(current.log) == current.hw:
                     continue  # nothing unflushed to lose: same as the flushed crash
                 log = current.log if flushed else current.log[:current.hw]
-                down = Replica(log, current.hw, NO_EPOCH, None, frozenset(), False)
+                down = Replica(log, current.hw, NO_EPOCH, NO_LEADER, frozenset(), False)
                 replicas = state.replicas[:replica] + (down,) + state.replicas[replica + 1:]
                 if replica in quorum.isr or replica == quorum.leader:
-                    leader = None if quorum.leader == replica else quorum.leader
+                    leader = NO_LEADER if quorum.leader == replica else quorum.leader
                     isr = quorum.isr - {replica} if len(quorum.isr) > 1 else quorum.isr
                     after = self._controller_update(state, leader, isr, replicas, state.crashes + 1)
                     if after is None:
@@ -305,9 +315,9 @@ class ReplicationModel:
             # Requests sent before the crash died with the connection; the controller
             # sends the current state again, so that is the oldest one it may still accept.
             quorum = state.quorum
-            floor_epoch = quorum.leader_epoch - 1 if quorum.leader is not None else quorum.leader_epoch
+            floor_epoch = quorum.leader_epoch - 1 if quorum.leader != NO_LEADER else quorum.leader_epoch
             after = self._with(state, replica, current._replace(online=True, leader_epoch=floor_epoch))
-            if quorum.leader is not None:
+            if quorum.leader != NO_LEADER:
                 after = after._replace(requests=state.requests | {quorum})
             yield ("Restart", replica), after
 
@@ -426,7 +436,7 @@ class ReplicationModel:
         replicas = state.replicas
         for follower, current in enumerate(replicas):
             leader = current.leader
-            if leader is None or leader == follower or not current.online:
+            if leader == NO_LEADER or leader == follower or not current.online:
                 continue
             leading = replicas[leader]
             if leading.leader != leader or leading.leader_epoch != current.leader_epoch or not leading.online:
@@ -485,37 +495,29 @@ class ReplicationModel:
     # -- symmetry: replicas are interchangeable --------------------------------------------
 
     def canonical(self, state: ReplicationState) -> ReplicationState:
-        """The member of the state's replica-renaming class with the smallest hash.
+        """A representative of the state's replica-renaming class: replicas sorted by what
+        they hold and believe, leaving out their names.
 
         Sound because the initial state, every action and every invariant treat replicas
-        alike. Choosing by hash is cheap; two different states with equal hashes only cost
-        some reduction, never a merge of states that are not renamings of each other.
+        alike, and the result is always a renaming of the state. Replicas that tie on the
+        key keep their order, so two renamings of one state may get two representatives:
+        that costs some reduction, never a merge of states that are not renamings.
         """
-        best, best_hash = state, hash(state)
-        for permutation in self._permutations:
-            renamed = self._rename(state, permutation)
-            renamed_hash = hash(renamed)
-            if renamed_hash < best_hash:
-                best, best_hash = renamed, renamed_hash
-        return best
-
-    @staticmethod
-    def _rename(state: ReplicationState, new_id: tuple[int, ...]) -> ReplicationState:
-        def ids(members: frozenset[int]) -> frozenset[int]:
-            return frozenset(new_id[m] for m in members)
-
-        def one(r: int | None) -> int | None:
-            return None if r is None else new_id[r]
-
-        replicas: list[Replica] = [None] * len(state.replicas)  # type: ignore[list-item]
-        for old, current in enumerate(state.replicas):
-            replicas[new_id[old]] = Replica(current.log, current.hw, current.leader_epoch, one(current.leader),
-                                            ids(current.isr), current.online)
         quorum = state.quorum
-        return ReplicationState(
-            tuple(replicas), LeaderAndIsr(quorum.leader_epoch, one(quorum.leader), ids(quorum.isr)),
-            frozenset(LeaderAndIsr(q.leader_epoch, one(q.leader), ids(q.isr)) for q in state.requests),
-            state.next_record_id, state.acked, state.crashes, state.isr_copy_lost)
+        order = sorted(self.replica_ids, key=lambda r: (
+            state.replicas[r].log, state.replicas[r].hw, state.replicas[r].leader_epoch,
+            state.replicas[r].online, state.replicas[r].leader == r, r in quorum.isr, r == quorum.leader))
+        new_id = [0] * len(order)
+        for new, old in enumerate(order):
+            new_id[old] = new
+        renaming = self._renamings.get(tuple(new_id))
+        return state if renaming is None else renaming.state(state)
+
+    def renamings(self, state: ReplicationState) -> Iterator[ReplicationState]:
+        """The state under every renaming of replicas, itself first."""
+        yield state
+        for renaming in self._renamings.values():
+            yield renaming.state(state)
 
     # -- reading a trace ----------------------------------------------------------------
 
@@ -527,7 +529,7 @@ class ReplicationModel:
             return f"controller elects out-of-sync r{args[0]} in epoch {args[1].leader_epoch} (unclean)"
         if name == "ControllerShrinkIsr":
             q = args[1]
-            leader = "no leader" if q.leader is None else f"leader r{q.leader}"
+            leader = "no leader" if q.leader == NO_LEADER else f"leader r{q.leader}"
             return f"controller removes r{args[0]}: epoch {q.leader_epoch}, {leader}, ISR {_ids(q.isr)}"
         if name == "BecomeLeader":
             return f"r{args[0]} accepts the request for epoch {args[1]} and becomes leader"
@@ -553,14 +555,14 @@ class ReplicationModel:
 
     def describe_state(self, state: ReplicationState) -> list[str]:
         q = state.quorum
-        leader = "none" if q.leader is None else f"r{q.leader}"
+        leader = "none" if q.leader == NO_LEADER else f"r{q.leader}"
         lines = [f"controller: epoch {q.leader_epoch}, leader {leader}, ISR {_ids(q.isr)}"]
         for replica, current in enumerate(state.replicas):
             if not current.online:
                 role = "offline"
             elif current.leader == replica:
                 role = f"leads e{current.leader_epoch}"
-            elif current.leader is None:
+            elif current.leader == NO_LEADER:
                 role = "idle"
             else:
                 role = f"follows r{current.leader} in e{current.leader_epoch}"
@@ -580,3 +582,47 @@ def _log(log: tuple[Record, ...]) -> str:
 
 def _ids(members: frozenset[int]) -> str:
     return "{" + ",".join(f"r{m}" for m in sorted(members)) + "}"
+
+
+class _Renaming:
+    """One permutation of replica ids applied to states; parts recur, so they are memoised."""
+
+    def __init__(self, new_id: tuple[int, ...]) -> None:
+        self.new_id = new_id
+        self._sets: dict[frozenset[int], frozenset[int]] = {}
+        self._requests: dict[frozenset[LeaderAndIsr], frozenset[LeaderAndIsr]] = {}
+        self._replicas: dict[Replica, Replica] = {}
+        self._quorums: dict[LeaderAndIsr, LeaderAndIsr] = {}
+
+    def _one(self, replica: int) -> int:
+        return NO_LEADER if replica == NO_LEADER else self.new_id[replica]
+
+    def _set(self, members: frozenset[int]) -> frozenset[int]:
+        renamed = self._sets.get(members)
+        if renamed is None:
+            renamed = self._sets[members] = frozenset(self.new_id[m] for m in members)
+        return renamed
+
+    def _quorum(self, q: LeaderAndIsr) -> LeaderAndIsr:
+        renamed = self._quorums.get(q)
+        if renamed is None:
+            renamed = self._quorums[q] = LeaderAndIsr(q.leader_epoch, self._one(q.leader), self._set(q.isr))
+        return renamed
+
+    def _replica(self, current: Replica) -> Replica:
+        renamed = self._replicas.get(current)
+        if renamed is None:
+            renamed = self._replicas[current] = Replica(current.log, current.hw, current.leader_epoch,
+                                                        self._one(current.leader), self._set(current.isr),
+                                                        current.online)
+        return renamed
+
+    def state(self, state: ReplicationState) -> ReplicationState:
+        replicas: list[Replica] = list(state.replicas)
+        for old, current in enumerate(state.replicas):
+            replicas[self.new_id[old]] = self._replica(current)
+        requests = self._requests.get(state.requests)
+        if requests is None:
+            requests = self._requests[state.requests] = frozenset(self._quorum(q) for q in state.requests)
+        return ReplicationState(tuple(replicas), self._quorum(state.quorum), requests, state.next_record_id,
+                                state.acked, state.crashes, state.isr_copy_lost)
