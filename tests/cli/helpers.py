@@ -12,6 +12,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.protocol.api_key import ApiKey
 
 CLI_TIMEOUT_S = 60.0
+KSPEC = [os.path.join(os.path.dirname(sys.executable), "kspec")]  # the console script users run
 _topic_numbers = itertools.count()
 
 
@@ -34,7 +35,7 @@ class Run:
 
 def kspec(*args: str, stdin: str | None = None, timeout_s: float = CLI_TIMEOUT_S) -> Run:
     """Run `kspec ARGS...` as its own process, stdin from a string."""
-    completed = subprocess.run([sys.executable, "-m", "kspec.cli", *args], input=stdin, capture_output=True,
+    completed = subprocess.run([*KSPEC, *args], input=stdin, capture_output=True,
                                text=True, timeout=timeout_s, env={**os.environ, "COLUMNS": "240"})
     return Run(completed.returncode, completed.stdout, completed.stderr)
 

@@ -6,13 +6,12 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
 
 from kafka.protocol.api_key import ApiKey
 
-from .helpers import kspec
+from .helpers import KSPEC, kspec
 
 ROUND_TRIP_LINES = 10_000
 SIGINT_WAIT_S = 20.0
@@ -91,7 +90,7 @@ def test_transactional_produce_commits_or_says_the_broker_lacks_transactions(tar
 
 
 def test_ctrl_c_stops_the_consumer_cleanly_and_reports_the_count(target, topic):
-    process = subprocess.Popen([sys.executable, "-m", "kspec.cli", "consume", topic, "-b", target.bootstrap,
+    process = subprocess.Popen([*KSPEC, "consume", topic, "-b", target.bootstrap,
                                 "--partition", "0", "--offset", "earliest"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
