@@ -17,7 +17,7 @@ def test_status_lists_every_broker_and_the_controller(target):
     header = run.stdout.splitlines()[0]
     assert header == (f"Cluster: {described['cluster_id']}  Controller: {described['controller_id']}  "
                       f"Brokers: {len(described['brokers'])}")
-    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:2 + len(described["brokers"])]}
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[3:3 + len(described["brokers"])]}
     for broker in described["brokers"]:
         row = rows[str(broker["broker_id"])]
         assert row[1:3] == [broker["host"], str(broker["port"])]
