@@ -89,7 +89,7 @@ def spec() -> None:
 def explore(max_states: int | None, no_symmetry: bool, **arguments) -> None:
     """Visit every reachable state; print the shortest counterexample if an invariant breaks."""
     if max_states is not None and max_states < 1:
-        raise ArgumentError("--max-states must be at least 1 (or left out for no bound)")
+        raise ArgumentError("--max-states must be at least 1, or left out for no bound (see: kspec spec explore --help)")
     model = _model_or_exit(**arguments)
     console = Console(stderr=True)
     with console.status("exploring ...") as status:
@@ -116,7 +116,7 @@ def explore(max_states: int | None, no_symmetry: bool, **arguments) -> None:
 def simulate(seed: int, steps: int, **arguments) -> None:
     """One seeded random walk through a model, checking every invariant at every step."""
     if steps < 0:
-        raise ArgumentError("--steps must be 0 or more")
+        raise ArgumentError("--steps must be 0 or more (see: kspec spec simulate --help)")
     model = _model_or_exit(**arguments)
     result = simulate_model(model, seed=seed, steps=steps)
     click.echo(f"seed {seed}: {result.steps:,} steps in {result.walks:,} walks, {result.seconds:.1f} s, "
