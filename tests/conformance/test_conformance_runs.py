@@ -31,6 +31,8 @@ MOCK_GAPS = {
     "test_a_retried_batch_is_stored_once": "each record stored once",
     "test_default_retention_keeps_every_acknowledged_record": "acknowledged records were dropped",
     "test_unsupported_api_versions_version_is_answered_in_the_v0_layout": "do not decode as v0",
+    # found by the suite: no aborted_transactions in Fetch responses, so read_committed shows aborted records
+    "test_read_committed_sees_committed_records_only": "read_committed to see the committed transaction only",
 }
 
 
