@@ -1,0 +1,373 @@
+"""Checker benchmark: all checks on a synthetic history with Spark local[2], beside a
+single-process numpy/pyarrow implementation of the same per-partition checks, the cycle
+search on transactional ops, and log verification beside a WGL search on small histories.
+
+    python benchmarks/bench_checker.py                      # 1M ops
+    python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
+
+The history is clean (a correct broker, simulated), 32 partitions, one consumer per
+partition, ~2.5 ops in flight; times include Spark start-up and reading the Parquet file.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from spark_validation.checker import CHECKS, run_checks
+from spark_validation.linearizability import LogOp, verify, wgl_search
+from spark_validation.options import RunOptions
+from spark_validation.session import spark_session
+from spec.history import HISTORY_SCHEMA, write_history
+
+MASTER = "local[2]"
+PARTITIONS = 32
+PROCESSES = PARTITIONS  # consumer p reads partition p
+STEP_NS = 1_000  # one op invoked every STEP_NS
+LATENCY_NS_MAX = 4 * STEP_NS
+SHARES = (0.45, 0.35, 0.20)  # send, poll, txn
+SEND, POLL, TXN = 0, 1, 2
+BASELINE_CHECKS = ("inconsistent-offsets", "duplicate", "lost-write", "unseen", "phantom-read", "G1a",
+                   "precommitted-read", "internal-poll-order", "internal-send-order", "poll-order", "send-order",
+                   "realtime-order", "future-read")
+WGL_SIZES = (4, 6, 8, 10, 12)
+WGL_HISTORIES = 20
+
+
+# -- synthetic history --------------------------------------------------------------------------
+def generate(n_ops: int, seed: int = 1, txn_only: bool = False) -> pa.Table:
+    """A clean history of n_ops client ops (plus assigns and final polls) in HISTORY_SCHEMA."""
+    rng = np.random.default_rng(seed)
+    kind = np.full(n_ops, TXN) if txn_only else rng.choice(3, n_ops, p=SHARES)
+    process = np.arange(n_ops) % PROCESSES
+    invoke_ns = (np.arange(n_ops, dtype=np.int64) + 1) * STEP_NS
+    complete_ns = invoke_ns + rng.integers(1, LATENCY_NS_MAX, n_ops)
+    base = 2 * PROCESSES  # the assign records come first
+
+    send_ops = np.flatnonzero(kind != POLL)
+    send_part = rng.integers(0, PARTITIONS, len(send_ops))
+    order = np.lexsort((send_ops, send_part))
+    counts = np.bincount(send_part, minlength=PARTITIONS)
+    start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    offset = np.empty(len(send_ops), np.int64)
+    offset[order] = np.arange(len(send_ops)) - start[send_part[order]]
+    value = send_ops.astype(np.int64) + 1
+    by_offset = np.empty(len(send_ops), np.int64)
+    by_offset[start[send_part] + offset] = value
+
+    # a consumer reads what was certainly acked: every send invoked a full latency before its poll
+    poll_ops = np.flatnonzero(kind != SEND)
+    poll_part = process[poll_ops] % PARTITIONS
+    keys = send_part[order].astype(np.int64) * (1 << 42) + invoke_ns[send_ops[order]]
+    upto = np.searchsorted(keys, poll_part * (1 << 42) + invoke_ns[poll_ops] - LATENCY_NS_MAX) - start[poll_part]
+    by_process = np.lexsort((poll_ops, process[poll_ops]))
+    sorted_proc, sorted_upto = process[poll_ops][by_process], upto[by_process]
+    prev = np.concatenate([[0], sorted_upto[:-1]])
+    prev[np.concatenate([[True], sorted_proc[1:] != sorted_proc[:-1]])] = 0
+    begin = np.empty_like(upto)
+    begin[by_process] = prev
+    last_upto = np.zeros(PROCESSES, np.int64)
+    last_upto[sorted_proc] = sorted_upto  # the last assignment per process wins
+    final_begin, final_end = last_upto, counts[np.arange(PROCESSES) % PARTITIONS]
+
+    n_final = PROCESSES
+    final_index = base + 2 * n_ops + 2 * np.arange(n_final) + 1
+    final_time = (n_ops + 10 + np.arange(n_final, dtype=np.int64)) * STEP_NS
+
+    columns: dict[str, list[np.ndarray]] = {c: [] for c in HISTORY_SCHEMA.names}
+
+    def add(index, seq, proc, typ, f, time_ns, inv_ns, mop_index, mop_f, part, value_, offset_):
+        n = len(index)
+        for name, column in (("index", index), ("seq", seq), ("process", proc), ("type", typ), ("f", f),
+                             ("time_ns", time_ns), ("invoke_time_ns", inv_ns), ("mop_index", mop_index),
+                             ("mop_f", mop_f), ("partition", part), ("value", value_), ("offset", offset_)):
+            columns[name].append(np.broadcast_to(np.asarray(column), (n,)))
+
+    f_code = np.array([0, 1, 2])[kind]  # f dictionary: send, poll, txn, assign
+    # assigns: invoke and ok per process
+    procs = np.arange(PROCESSES)
+    add(2 * procs, 0, procs, 0, 3, procs + 1, procs + 1, -1, -1, -1, -1, -1)
+    add(2 * procs + 1, 0, procs, 1, 3, procs + 2, procs + 1, -1, -1, procs % PARTITIONS, -1, -1)
+    # invocations: one row each
+    ops = np.arange(n_ops)
+    add(base + 2 * ops, 0, process, 0, f_code, invoke_ns, invoke_ns, 0, np.where(kind == SEND, 0, 1), -1, -1, -1)
+    # polls (of poll and txn ops, and the final polls): one row per record, or one empty row
+    p_begin = np.concatenate([begin, final_begin])
+    p_end = np.concatenate([np.maximum(upto, begin), final_end])
+    p_index = np.concatenate([base + 2 * poll_ops + 1, final_index])
+    p_proc = np.concatenate([process[poll_ops], procs])
+    p_f = np.concatenate([f_code[poll_ops], np.ones(n_final, np.int64)])
+    p_time = np.concatenate([complete_ns[poll_ops], final_time + STEP_NS // 2])
+    p_inv = np.concatenate([invoke_ns[poll_ops], final_time])
+    p_part = np.concatenate([poll_part, procs % PARTITIONS])
+    n_records = p_end - p_begin
+    rows = np.maximum(n_records, 1)
+    owner = np.repeat(np.arange(len(rows)), rows)
+    within = np.arange(rows.sum()) - np.repeat(np.cumsum(rows) - rows, rows)
+    has = np.repeat(n_records > 0, rows)
+    rec_offset = np.where(has, p_begin[owner] + within, -1)
+    rec_value = np.where(has, by_offset[np.minimum(start[p_part[owner]] + np.maximum(rec_offset, 0),
+                                                   len(by_offset) - 1)], -1)
+    add(p_index[owner], within, p_proc[owner], 1, p_f[owner], p_time[owner], p_inv[owner], 0, 1,
+        np.where(has, p_part[owner], -1), rec_value, rec_offset)
+    # sends (of send and txn ops): after the poll rows of a txn
+    txn_rows = np.zeros(n_ops, np.int64)
+    txn_rows[poll_ops] = rows[:len(poll_ops)]
+    txn_rows[kind == SEND] = 0
+    add(base + 2 * send_ops + 1, txn_rows[send_ops], process[send_ops], 1, f_code[send_ops], complete_ns[send_ops],
+        invoke_ns[send_ops], np.where(kind[send_ops] == TXN, 1, 0), 0, send_part, value, offset)
+    # final poll invocations
+    add(final_index - 1, 0, procs, 0, 1, final_time, final_time, 0, 1, -1, -1, -1)
+
+    data = {name: np.concatenate(parts) for name, parts in columns.items() if parts}
+    order = np.lexsort((data["seq"], data["index"]))
+    data = {name: column[order] for name, column in data.items()}
+    part, n = data["partition"], len(data["index"])
+
+    def nullable(column: np.ndarray, type_: pa.DataType) -> pa.Array:
+        return pa.array(column, type_, mask=column < 0)
+
+    def dictionary(codes: np.ndarray, names: list[str]) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32(), mask=codes < 0),
+                                              pa.array(names)).cast(pa.string())
+
+    return pa.table({
+        "index": pa.array(data["index"], pa.int64()), "seq": pa.array(data["seq"], pa.int32()),
+        "process": pa.array(data["process"], pa.int64()),
+        "type": dictionary(data["type"], ["invoke", "ok"]),
+        "f": dictionary(data["f"], ["send", "poll", "txn", "assign"]),
+        "time_ns": pa.array(data["time_ns"], pa.int64()),
+        "invoke_time_ns": pa.array(data["invoke_time_ns"], pa.int64()),
+        "mop_index": nullable(data["mop_index"], pa.int32()), "mop_f": dictionary(data["mop_f"], ["send", "poll"]),
+        "topic": dictionary(np.where(part < 0, -1, 0), ["t"]), "partition": nullable(part, pa.int32()),
+        "key": pa.nulls(n, pa.int64()), "value": nullable(data["value"], pa.int64()),
+        "offset": nullable(data["offset"], pa.int64()), "rebalanced": pa.array(np.zeros(n, bool)),
+        "extra": pa.nulls(n, pa.string()),
+    }, schema=HISTORY_SCHEMA)
+
+
+# -- the same per-partition checks in one process -----------------------------------------------
+def baseline_checks(path: Path) -> dict[str, int]:
+    """Counts of anomalies per check, computed with numpy and pyarrow in this process."""
+    t = pq.read_table(path, columns=["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f",
+                                     "topic", "partition", "value", "offset"])
+    t = t.filter(pc.and_(pc.not_equal(t["type"], "invoke"), pc.is_valid(t["value"])))
+    tp = pc.dictionary_encode(pc.binary_join_element_wise(t["topic"], pc.cast(t["partition"], pa.string()), "/"))
+    col = {n: t[n].to_numpy(zero_copy_only=False) for n in ("index", "seq", "process", "time_ns", "invoke_time_ns",
+                                                          "value")}
+    col["tp"] = tp.combine_chunks().indices.to_numpy().astype(np.int64)
+    col["offset"] = pc.fill_null(t["offset"], -1).to_numpy()
+    ok = pc.equal(t["type"], "ok").to_numpy(zero_copy_only=False)
+    info = pc.equal(t["type"], "info").to_numpy(zero_copy_only=False)
+    fail = pc.equal(t["type"], "fail").to_numpy(zero_copy_only=False)
+    is_send = pc.equal(t["mop_f"], "send").to_numpy(zero_copy_only=False)
+    is_read = ~is_send
+    key = col["tp"] << 40 | col["value"]  # (partition, value) as one int
+    ok_read_keys = np.unique(key[is_read & ok])
+    proven = np.unique(col["index"][is_send & info & np.isin(key, ok_read_keys)])
+    committed = is_send & (ok | (info & np.isin(col["index"], proven)))
+    in_log = (is_read | committed) & (col["offset"] >= 0)
+    log = np.unique(np.stack([col["tp"][in_log], col["offset"][in_log], col["value"][in_log]]), axis=1)
+    slot_key = log[0] << 40 | log[1]
+    found: dict[str, int] = {}
+    slots, slot_counts = np.unique(slot_key, return_counts=True)
+    found["inconsistent-offsets"] = int((slot_counts > 1).sum())
+    pair_key = log[0] << 40 | log[2]
+    pairs, pair_counts = np.unique(pair_key, return_counts=True)
+    found["duplicate"] = int((pair_counts > 1).sum())
+    slot_tp = slots >> 40
+    idx_of_slot = np.arange(len(slots)) - np.searchsorted(slot_tp, slot_tp)
+    log_idx = idx_of_slot[np.searchsorted(slots, slot_key)]
+    by_pair = np.lexsort((log_idx, pair_key))
+    first_idx = np.minimum.reduceat(log_idx[by_pair], np.searchsorted(pair_key[by_pair], pairs))
+    last_idx = np.maximum.reduceat(log_idx[by_pair], np.searchsorted(pair_key[by_pair], pairs))
+
+    def idx_of(k: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(pairs, k), len(pairs) - 1)
+        return np.where(pairs[at] == k, last_idx[at], -(1 << 40))
+
+    read_pairs = np.isin(pairs, ok_read_keys)
+    bound = np.full(int(col["tp"].max()) + 1, -1)
+    np.maximum.at(bound, pairs[read_pairs] >> 40, first_idx[read_pairs])
+    committed_keys = np.unique(key[committed])
+    found["lost-write"] = int((~read_pairs & (last_idx <= bound[pairs >> 40]) & np.isin(pairs, committed_keys)).sum())
+    found["unseen"] = int(np.isin(np.unique(key[is_send & ok]), ok_read_keys, invert=True).any())
+    found["phantom-read"] = int(np.isin(np.unique(key[is_read]), key[is_send], invert=True).sum())
+    found["G1a"] = int(np.isin(key[is_read & ok], key[is_send & fail]).sum())
+    op_key = col["index"] << 40 | col["value"]
+    found["precommitted-read"] = int(np.isin(op_key[is_read], op_key[is_send]).sum())
+
+    for name, mask in (("internal-poll-order", is_read), ("internal-send-order", is_send)):
+        o = np.flatnonzero(mask)
+        o = o[np.lexsort((col["seq"][o], col["tp"][o], col["index"][o]))]
+        same = (col["index"][o][1:] == col["index"][o][:-1]) & (col["tp"][o][1:] == col["tp"][o][:-1])
+        delta = idx_of(key[o][1:]) - idx_of(key[o][:-1])
+        delta = np.where((np.abs(delta) > 1 << 39), 1, delta)
+        found[name] = int((same & (delta != 1)).sum())
+
+    for name, mask, moves in (("poll-order", is_read, ok), ("send-order", is_send & (ok | info), ok | info)):
+        o = np.flatnonzero(mask)
+        o = o[np.lexsort((col["seq"][o], col["index"][o], col["tp"][o], col["process"][o]))]
+        group = col["process"][o] << 32 | col["tp"][o]
+        op_start = np.concatenate([[True], (col["index"][o][1:] != col["index"][o][:-1]) | (group[1:] != group[:-1])])
+        op_end = np.concatenate([op_start[1:], [True]])
+        firsts, lasts = o[op_start], o[op_end]
+        moved = np.where(moves[lasts], np.arange(len(lasts)), -1)
+        carried = np.maximum.accumulate(np.concatenate([[-1], moved[:-1]]))
+        g = group[op_start]
+        valid = (carried >= 0) & (g == g[np.maximum(carried, 0)])
+        prev = lasts[np.maximum(carried, 0)]
+        delta = idx_of(key[firsts]) - idx_of(key[prev])
+        delta = np.where(np.abs(delta) > 1 << 39, 1, delta)
+        if name == "poll-order":
+            found[name] = int((valid & (delta != 1)).sum())
+        else:  # a skip counts only when the process's own records from other ops are in the gap
+            rank = np.empty(len(o), np.int64)
+            by_rank = np.lexsort((idx_of(key[o]), col["tp"][o], col["process"][o]))
+            g_sorted = group[by_rank]
+            rank[by_rank] = np.arange(len(o)) - np.searchsorted(g_sorted, g_sorted)
+            row_of = np.empty(len(col["index"]), np.int64)
+            row_of[o] = np.arange(len(o))
+            own_between = rank[row_of[firsts]] - rank[row_of[prev]] - 1
+            found[name] = int((valid & ((delta < 1) | ((delta > 1) & (own_between > 0)))).sum())
+
+    acked = np.flatnonzero(is_send & ok & (col["offset"] >= 0))
+    times = np.concatenate([col["time_ns"][acked], col["invoke_time_ns"][acked]])
+    kinds = np.concatenate([np.ones(len(acked), np.int64), np.zeros(len(acked), np.int64)])
+    tps = np.concatenate([col["tp"][acked], col["tp"][acked]])
+    offs = np.concatenate([col["offset"][acked], col["offset"][acked]])
+    e = np.lexsort((kinds, times, tps))
+    running = np.maximum.accumulate(np.where(kinds[e] == 1, tps[e] << 40 | offs[e], -1))
+    found["realtime-order"] = int(((kinds[e] == 0) & (running > (tps[e] << 40 | offs[e]))).sum())
+
+    writer_inv = {}
+    sends_idx = np.flatnonzero(is_send)
+    writer_key, first_send = np.unique(key[sends_idx], return_index=True)
+    writer_inv = col["invoke_time_ns"][sends_idx[first_send]]
+    log_writer = np.searchsorted(writer_key, pair_key)
+    has_writer = (log_writer < len(writer_key)) & (writer_key[np.minimum(log_writer, len(writer_key) - 1)] == pair_key)
+    a_tp, a_pos = log[0][has_writer], log[1][has_writer]
+    a_inv = writer_inv[log_writer[has_writer]]
+    reads = np.flatnonzero(is_read & (col["offset"] >= 0))
+    r_key = col["index"][reads] << 20 | col["tp"][reads]
+    r_ops, r_first = np.unique(r_key, return_index=True)
+    r_max = np.maximum.reduceat(col["offset"][reads][np.argsort(r_key, kind="stable")],
+                                np.searchsorted(np.sort(r_key), r_ops))
+    r_tp, r_done = r_ops & ((1 << 20) - 1), col["time_ns"][reads][r_first]
+    pos = np.concatenate([a_pos, r_max])
+    tps = np.concatenate([a_tp, r_tp])
+    kinds = np.concatenate([np.zeros(len(a_pos), np.int64), np.ones(len(r_max), np.int64)])
+    e = np.lexsort((kinds, pos, tps))
+    stamp = np.concatenate([a_inv, r_done])
+    running = np.maximum.accumulate(np.where(kinds[e] == 0, tps[e] << 44 | stamp[e], -1))
+    found["future-read"] = int(((kinds[e] == 1) & (running > (tps[e] << 44 | stamp[e]))).sum())
+    return found
+
+
+# -- measurements ---------------------------------------------------------------------------------
+def jvm_peak_rss_mb() -> float:
+    """Peak resident memory of this process's JVM children (the Spark driver), from /proc."""
+    peak_kb = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split()
+            if int(fields[3]) == os.getpid() and "java" in fields[1]:
+                status = (stat.parent / "status").read_text()
+                peak_kb += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return peak_kb / 1024
+
+
+def python_peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_all_checks(n_ops: int, work: Path, first: bool) -> None:
+    t0 = time.monotonic()
+    table = generate(n_ops)
+    path = write_history(table, work / f"history-{n_ops}.parquet")
+    generated_s = time.monotonic() - t0
+    print(f"\n{n_ops:,} ops: {table.num_rows:,} rows, {path.stat().st_size / 1e6:.0f} MB Parquet "
+          f"(generated in {generated_s:.1f} s)", flush=True)
+    del table
+    started = time.monotonic()
+    spark = spark_session(MASTER, "kspec-bench")
+    startup_s = time.monotonic() - started
+    result = run_checks(spark, path, RunOptions(), CHECKS)
+    spark_s = time.monotonic() - started
+    per_check = ", ".join(f"{c} {s:.1f}" for c, s in result.verdict["seconds"].items() if c != "total")
+    print(f"spark {MASTER}: {spark_s:.1f} s end to end ({'with' if first else 'warm, without'} "
+          f"{startup_s:.1f} s start-up), {result.anomalies.num_rows} anomalies, valid={result.valid}")
+    print(f"  per check (s): {per_check}")
+    print(f"  peak memory: JVM {jvm_peak_rss_mb():.0f} MB, Python {python_peak_rss_mb():.0f} MB")
+    spark_same_s = sum(result.verdict["seconds"][c] for c in BASELINE_CHECKS)
+    t1 = time.monotonic()
+    found = baseline_checks(path)
+    baseline_s = time.monotonic() - t1
+    assert not any(found.values()), found
+    print(f"single-process numpy/pyarrow, the {len(BASELINE_CHECKS)} per-partition checks: {baseline_s:.1f} s "
+          f"(Spark on the same checks: {spark_same_s:.1f} s; Spark/numpy = {spark_same_s / baseline_s:.1f}x)",
+          flush=True)
+
+
+def bench_cycles(n_ops: int, work: Path) -> None:
+    path = write_history(generate(n_ops, seed=2, txn_only=True), work / f"txn-{n_ops}.parquet")
+    spark = spark_session(MASTER, "kspec-bench")
+    started = time.monotonic()
+    result = run_checks(spark, path, RunOptions(), ("cycles",))
+    print(f"\ncycle search on {n_ops:,} transactional ops: {time.monotonic() - started:.1f} s, "
+          f"{result.anomalies.num_rows} cycle(s): {result.verdict['anomalies']}", flush=True)
+
+
+def random_concurrent_log(rng: random.Random, n: int) -> list[LogOp]:
+    """n appends with overlapping intervals, offsets in invocation order, and n // 3 reads."""
+    ops, t = [], 0
+    for i in range(n):
+        t += rng.randint(0, 2)
+        ops.append(LogOp(i, t, t + rng.randint(1, 8), value=i + 1, offset=i))
+    for j in range(n // 3):
+        m = rng.randrange(n)
+        start = ops[m].invoke_ns + rng.randint(0, 4)
+        ops.append(LogOp(n + j, start, start + rng.randint(1, 5), reads=tuple((o, o + 1) for o in range(m + 1))))
+    return ops
+
+
+def bench_wgl() -> None:
+    rng = random.Random(5)
+    print("\npartition-log linearizability, verification vs WGL search (mean per history):")
+    for n in WGL_SIZES:
+        histories = [random_concurrent_log(rng, n) for _ in range(WGL_HISTORIES)]
+        t0 = time.perf_counter()
+        verified = [verify(h) is None for h in histories]
+        t1 = time.perf_counter()
+        searched = [wgl_search(h) for h in histories]
+        t2 = time.perf_counter()
+        assert verified == searched
+        print(f"  {n:3d} appends + {n // 3} reads: verify {1e6 * (t1 - t0) / WGL_HISTORIES:8.0f} us, "
+              f"WGL {1e6 * (t2 - t1) / WGL_HISTORIES:10.0f} us, {sum(verified)}/{WGL_HISTORIES} linearizable")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--cycle-ops", type=int, default=1_000_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kspec-bench-checker-") as work:
+        for position, n in enumerate(args.ops):
+            bench_all_checks(n, Path(work), position == 0)
+        bench_cycles(args.cycle_ops, Path(work))
+    bench_wgl()
+
+
+if __name__ == "__main__":
+    main()
