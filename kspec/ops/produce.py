@@ -90,7 +90,7 @@ def produce(topic: str, bootstrap: str, key_separator: str | None, parse_headers
         raise OpsError(f"topic {topic!r} has no partition {partition}; it has partitions 0 to {partition_count - 1}")
     if transactional_id:
         require_api(bootstrap, ApiKey.AddPartitionsToTxn, "transactions")
-        transaction_step(f"cannot start transactions as {transactional_id!r}", producer.init_transactions)
+        transaction_step(f"cannot start transactions as {transactional_id!r}", lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S))
         transaction_step("cannot begin a transaction", producer.begin_transaction)
     deliveries = Deliveries()
     try:
@@ -100,10 +100,10 @@ def produce(topic: str, bootstrap: str, key_separator: str | None, parse_headers
             raise broker_error(f"{sent - deliveries.acknowledged} of {sent} records not delivered to {topic!r}",
                                deliveries.first_error)
         if transactional_id:
-            transaction_step("cannot commit the transaction", producer.commit_transaction)
+            transaction_step("cannot commit the transaction", lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S))
     except (click.ClickException, KeyboardInterrupt):
         if transactional_id:
-            transaction_step("cannot abort the transaction", producer.abort_transaction)
+            transaction_step("cannot abort the transaction", lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
             click.echo("Transaction aborted.", err=True)
         producer.flush()
         click.echo(f"Produced {deliveries.acknowledged} records to {topic}.", err=True)
@@ -143,6 +143,6 @@ def send_lines(producer: Producer, topic: str, partition: int | None, key_separa
 
 def transaction_step(what: str, step) -> None:
     try:
-        step(TRANSACTION_TIMEOUT_S)
+        step()
     except KafkaException as e:
         raise broker_error(what, e) from None
