@@ -53,8 +53,9 @@ Progress = Callable[[Exploration], None]
 
 
 def explore(model: Model, max_states: int | None = None, on_progress: Progress | None = None,
-            symmetry: bool = True, guarantee_ids: Collection[str] | None = None) -> Exploration:
-    """Explore until a violation, until no new state is left (exhausted) or max_states.
+            symmetry: bool = True, guarantee_ids: Collection[str] | None = None,
+            max_seconds: float | None = None) -> Exploration:
+    """Explore until a violation, until no new state is left (exhausted), max_states or max_seconds.
 
     `guarantee_ids` limits the check to those guarantees' invariants (all when None).
     """
@@ -104,6 +105,8 @@ def explore(model: Model, max_states: int | None = None, on_progress: Progress |
                 if on_progress is not None:
                     on_progress(result)
             if max_states is not None and len(parents) >= max_states:
+                break
+            if max_seconds is not None and time.monotonic() - started > max_seconds:
                 break
         else:
             frontier = next_frontier
