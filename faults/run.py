@@ -125,6 +125,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         target = _target(options, out_dir, mode, network, toxiproxy)
         cleanup.callback(target.stop)
         target.start()
+        target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
         workload = Workload(target.bootstrap, recorder, options.workload, seed=options.seed)

@@ -168,10 +168,24 @@ class Target:
 
     def stop(self) -> None:
         """Stop every node still running (resumed first: a stopped process cannot handle SIGTERM)."""
-        for node in self.nodes:
+        for index, node in enumerate(self.nodes):
             if node.running:
-                self.resume(node_index(self, node))
-                node.stop()
+                self.resume(index)
+                try:
+                    node.stop(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:  # a node that ignores SIGTERM gets kill -9
+                    node.kill()
+
+    def wait_until_serving(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until the metadata names every node and a controller (a cluster has formed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            metadata = self._metadata(None)
+            if metadata and len(metadata.brokers) == len(self.nodes) and metadata.controller_id >= 0:
+                return
+            time.sleep(0.2)
+        raise TargetError(f"{self.name}: the metadata did not name all {len(self.nodes)} nodes and a controller "
+                          f"within {timeout_s:.0f} s; see the node logs")
 
     def kill(self, index: int) -> None:
         node = self.nodes[index]
@@ -241,10 +255,6 @@ class Target:
             return None
 
 
-def node_index(target: Target, node) -> int:
-    return next(i for i, n in enumerate(target.nodes) if n is node)
-
-
 def proxy_name(index: int) -> str:
     return f"kspec-node{index}"
 
@@ -290,16 +300,20 @@ def create_proxies(toxiproxy: ToxiproxyClient, spots: list[Placement]) -> None:
 
 def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | None = None,
                      toxiproxy: ToxiproxyClient | None = None, overrides: dict[str, str] | None = None) -> Target:
-    """The kspec reference broker, one `kspec broker` process per node."""
-    if nodes != 1:
-        raise TargetError("the reference broker runs one node for now: replication and `kspec cluster` "
-                          "(issue 4) have not landed; use --nodes 1")
+    """The kspec reference broker, one `kspec broker` process per node.
+
+    More than one node makes a cluster: every node is broker and controller of a KRaft-style
+    quorum whose voters are all nodes (controller.quorum.voters, node id = node index)."""
     spots = placements(nodes, mode, network, None)
     if toxiproxy is not None:
         create_proxies(toxiproxy, spots)
+    cluster = {}
+    if nodes > 1:
+        cluster = {"controller.quorum.voters": ",".join(f"{i}@{s.host}:{s.port}" for i, s in enumerate(spots)),
+                   "default.replication.factor": str(min(nodes, 3)), "min.insync.replicas": str(min(nodes, 2))}
     broker_nodes = []
     for index, spot in enumerate(spots):
-        node_overrides = {"advertised.host.name": spot.advertised_host, **(overrides or {})}
+        node_overrides = {"advertised.host.name": spot.advertised_host, **cluster, **(overrides or {})}
         broker_nodes.append(ReferenceNode(str(run_dir / f"node-{index}"), listen=f"{spot.host}:{spot.port}",
                                           node_id=index, overrides=node_overrides,
                                           stderr_path=str(run_dir / f"node-{index}.log"), wrap=spot.wrap))

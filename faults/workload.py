@@ -27,6 +27,7 @@ import random
 import struct
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 
 from faults.recorder import Recorder
@@ -128,19 +129,19 @@ class Client:
             for index, r in enumerate(records):
                 self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
                                       partition=r.partition, on_delivery=on_delivery(index))
-        except (BufferError, KafkaException) as e:
-            outcomes = [o if o is not None else (e, None) for o in outcomes]
+        except (BufferError, KafkaException) as e:  # the records from index on were never handed over
+            outcomes[index:] = [(e, None)] * (len(records) - index)
         self.producer.flush(self.options.send_timeout_s + 1)
         acked = [Send(Record(r.topic, r.partition, r.key, r.value, o[1] if o and o[0] is None else None))
                  for r, o in zip(records, outcomes)]
-        errors = [o[0] for o in outcomes if o is None or o[0] is not None]
+        errors = ["no delivery report" if o is None else o[0] for o in outcomes if o is None or o[0] is not None]
         if not errors:
             recorder.complete(invocation, "ok", mops=acked)
             return "ok"
         definite = _definite_error_codes()
-        all_definite = all(o is not None and o[1] is None and _code(o[0]) in definite for o in outcomes)
+        all_definite = all(o is not None and _code(o[0]) in definite for o in outcomes)
         kind = "fail" if all_definite else "info"
-        recorder.complete(invocation, kind, mops=acked, extra={"error": str(errors[0] or "no delivery report")})
+        recorder.complete(invocation, kind, mops=acked, extra={"error": str(errors[0])})
         return kind
 
     def poll(self, recorder: Recorder) -> str:
@@ -174,6 +175,9 @@ class Client:
 
 
 def _code(error) -> int | None:
+    """The KafkaError code of a delivery error or of a KafkaException raised by produce()."""
+    if error is not None and not hasattr(error, "code") and getattr(error, "args", None):
+        error = error.args[0]
     code = getattr(error, "code", None)
     return code() if callable(code) else None
 
@@ -257,7 +261,8 @@ class Workload:
                 else:
                     client.poll(self.recorder)
         except Exception as e:  # recorded for the run's results; the other workers go on
-            self.failures.append(f"worker {worker}: {type(e).__name__}: {e}")
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            self.failures.append(f"worker {worker}: {type(e).__name__}: {e} at {where.filename}:{where.lineno}")
         finally:
             client.close()
 
