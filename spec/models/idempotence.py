@@ -1,11 +1,13 @@
 """An idempotent producer writing one partition: sequence numbers, retries, in-flight batches.
 
 The producer numbers its batches 0, 1, 2, ... and keeps up to max.in.flight.requests of
-them outstanding. The network may deliver an outstanding batch any number of times (a
-retry after a lost response is a second delivery) and in any order. The broker keeps the
-producer's last sequence (its producer state) and appends a batch only when its sequence
-is the next one; an older sequence is a duplicate, answered with the original offset and
-not appended; a gap is OUT_OF_ORDER_SEQUENCE and the producer retries. With
+them outstanding. Its connection delivers each batch the first time in send order (TCP);
+a retry after a lost response or an error is another delivery that may come at any later
+time, so retries duplicate and reorder. The broker keeps the producer's last sequence (its
+producer state) and appends a batch only when its sequence is the next one; an older
+sequence is a duplicate, answered with the original offset and not appended; a gap is
+OUT_OF_ORDER_SEQUENCE_NUMBER and the producer retries. A producer the broker has no state
+for is accepted at any sequence (KIP-360: its state may have gone with deleted records). With
 `deduplicate=False` the broker appends whatever arrives, as a broker without producer
 state would: that is how the tests show the invariants are not vacuous.
 """
@@ -23,6 +25,7 @@ NO_SEQUENCE = -1
 class IdempotenceState(NamedTuple):
     next_sequence: int                 # the producer's next batch
     in_flight: frozenset[int]          # sent, not yet acknowledged to the producer
+    delivered: int                     # batches below this reached the broker at least once
     log: tuple[int, ...]               # sequences of the batches the partition holds, in offset order
     last_sequence: int                 # the broker's producer state
 
@@ -39,11 +42,13 @@ def send(state: IdempotenceState) -> IdempotenceState:
 
 
 def deliver(state: IdempotenceState, sequence: int, deduplicate: bool) -> IdempotenceState:
-    """The broker handles one delivery of the batch with this sequence."""
-    assert sequence in state.in_flight
-    if deduplicate and sequence != state.last_sequence + 1:
-        return state  # a duplicate (answered with its offset) or OUT_OF_ORDER_SEQUENCE
-    return state._replace(log=state.log + (sequence,), last_sequence=sequence)
+    """The broker handles one delivery (the first, or a retry) of the batch with this sequence."""
+    assert sequence in state.in_flight and sequence <= state.delivered
+    delivered = max(state.delivered, sequence + 1)
+    known = state.last_sequence != NO_SEQUENCE
+    if deduplicate and known and sequence != state.last_sequence + 1:
+        return state._replace(delivered=delivered)  # a duplicate, or OUT_OF_ORDER_SEQUENCE_NUMBER
+    return state._replace(log=state.log + (sequence,), last_sequence=sequence, delivered=delivered)
 
 
 def acknowledge(state: IdempotenceState, sequence: int) -> IdempotenceState:
@@ -80,13 +85,14 @@ class IdempotenceModel:
         self.step_invariants = ()
 
     def initial_states(self) -> list[IdempotenceState]:
-        return [IdempotenceState(0, frozenset(), (), NO_SEQUENCE)]
+        return [IdempotenceState(0, frozenset(), 0, (), NO_SEQUENCE)]
 
     def successors(self, state: IdempotenceState) -> Iterator[tuple[Action, IdempotenceState]]:
         if state.next_sequence < self.config.records and len(state.in_flight) < self.config.max_in_flight_requests:
             yield ("Send", state.next_sequence), send(state)
         for sequence in sorted(state.in_flight):
-            yield ("Deliver", sequence), deliver(state, sequence, self.config.deduplicate)
+            if sequence <= state.delivered:  # the first delivery keeps send order
+                yield ("Deliver", sequence), deliver(state, sequence, self.config.deduplicate)
             if sequence in state.log:
                 yield ("Acknowledge", sequence), acknowledge(state, sequence)
 
@@ -103,4 +109,5 @@ class IdempotenceModel:
                 "Acknowledge": "the producer gets the response for batch {}"}[name].format(sequence)
 
     def describe_state(self, state: IdempotenceState) -> list[str]:
-        return [f"in flight {sorted(state.in_flight)}, log {list(state.log)}, broker last sequence {state.last_sequence}"]
+        return [f"in flight {sorted(state.in_flight)}, log {list(state.log)}, "
+                f"broker last sequence {state.last_sequence}"]
