@@ -39,7 +39,7 @@ SEND, POLL, TXN = 0, 1, 2
 BASELINE_CHECKS = ("inconsistent-offsets", "duplicate", "lost-write", "unseen", "phantom-read", "G1a",
                    "precommitted-read", "internal-poll-order", "internal-send-order", "poll-order", "send-order",
                    "realtime-order", "future-read")
-WGL_SIZES = (4, 6, 8, 10, 12)
+WGL_SIZES = (4, 8, 12, 16, 20)
 WGL_HISTORIES = 20
 
 
@@ -200,7 +200,8 @@ def baseline_checks(path: Path) -> dict[str, int]:
     np.maximum.at(bound, pairs[read_pairs] >> 40, first_idx[read_pairs])
     committed_keys = np.unique(key[committed])
     found["lost-write"] = int((~read_pairs & (last_idx <= bound[pairs >> 40]) & np.isin(pairs, committed_keys)).sum())
-    found["unseen"] = int(np.isin(np.unique(key[is_send & ok]), ok_read_keys, invert=True).any())
+    acked_keys = np.unique(key[is_send & ok])
+    found["unseen"] = len(np.unique(acked_keys[np.isin(acked_keys, ok_read_keys, invert=True)] >> 40))
     found["phantom-read"] = int(np.isin(np.unique(key[is_read]), key[is_send], invert=True).sum())
     found["G1a"] = int(np.isin(key[is_read & ok], key[is_send & fail]).sum())
     op_key = col["index"] << 40 | col["value"]
@@ -249,7 +250,6 @@ def baseline_checks(path: Path) -> dict[str, int]:
     running = np.maximum.accumulate(np.where(kinds[e] == 1, tps[e] << 40 | offs[e], -1))
     found["realtime-order"] = int(((kinds[e] == 0) & (running > (tps[e] << 40 | offs[e]))).sum())
 
-    writer_inv = {}
     sends_idx = np.flatnonzero(is_send)
     writer_key, first_send = np.unique(key[sends_idx], return_index=True)
     writer_inv = col["invoke_time_ns"][sends_idx[first_send]]
@@ -330,15 +330,20 @@ def bench_cycles(n_ops: int, work: Path) -> None:
 
 
 def random_concurrent_log(rng: random.Random, n: int) -> list[LogOp]:
-    """n appends with overlapping intervals, offsets in invocation order, and n // 3 reads."""
+    """n overlapping appends (offsets in invocation order, two swapped in half the histories)
+    and n // 3 reads of prefixes."""
+    offsets = list(range(n))
+    if rng.random() < 0.5:
+        i, j = rng.sample(range(n), 2)
+        offsets[i], offsets[j] = offsets[j], offsets[i]
     ops, t = [], 0
     for i in range(n):
         t += rng.randint(0, 2)
-        ops.append(LogOp(i, t, t + rng.randint(1, 8), value=i + 1, offset=i))
+        ops.append(LogOp(i, t, t + rng.randint(1, 2 * n), value=offsets[i] + 1, offset=offsets[i]))
     for j in range(n // 3):
         m = rng.randrange(n)
-        start = ops[m].invoke_ns + rng.randint(0, 4)
-        ops.append(LogOp(n + j, start, start + rng.randint(1, 5), reads=tuple((o, o + 1) for o in range(m + 1))))
+        start = rng.randint(0, t + 2)
+        ops.append(LogOp(n + j, start, start + rng.randint(1, n), reads=tuple((o, o + 1) for o in range(m + 1))))
     return ops
 
 
@@ -361,7 +366,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--cycle-ops", type=int, default=1_000_000)
+    parser.add_argument("--wgl-only", action="store_true", help="only the verification vs WGL comparison")
     args = parser.parse_args()
+    if args.wgl_only:
+        bench_wgl()
+        return
     with tempfile.TemporaryDirectory(prefix="kspec-bench-checker-") as work:
         for position, n in enumerate(args.ops):
             bench_all_checks(n, Path(work), position == 0)

@@ -33,7 +33,7 @@ class HistoryFrames:
         completions = raw.where(F.col("type") != "invoke")
         self.mops = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
                                        & F.col("topic").isNotNull() & F.col("value").isNotNull())
-                     .select(*MOP_COLUMNS).repartition(*TP).persist())
+                     .select(*MOP_COLUMNS).persist())
         self.ops = (completions.where(F.col("f").isin(*CLIENT_FS) & (F.col("seq") == 0))
                     .select("index", "process", "type", "f", "time_ns", "invoke_time_ns").persist())
         assignments = completions.where(F.col("f").isin(*ASSIGNMENT_FS) & F.col("type").isin("ok", "info"))
