@@ -1,5 +1,6 @@
 """The executable specification's figures: explorer states/s, the largest replication
-configuration exhausted within ten minutes, simulator steps/s, and the long refinement profile.
+configuration exhausted within ten minutes, model and core simulator steps/s, and the long
+profile of the refinement machines.
 
 Run: .venv/bin/python benchmarks/bench_spec.py (or `make bench`).
 """
@@ -18,6 +19,7 @@ EXHAUST_SECONDS_MAX = 600
 # Ascending sizes: (replicas, records, leader epochs, crashes); the aim is 3, 3, 3 with crashes.
 CONFIGURATIONS = [(2, 2, 3, 0), (2, 3, 4, 2), (3, 2, 3, 0), (3, 2, 3, 1), (3, 3, 3, 0), (3, 3, 3, 1)]
 SIMULATION_STEPS = 200_000
+CORE_SIMULATION_STEPS = 20_000
 
 
 def explorer_figures() -> None:
@@ -49,10 +51,22 @@ def simulator_figures() -> None:
           f"{'VIOLATION' if result.counterexample else 'no violation'}", flush=True)
 
 
+def core_simulation_figures() -> None:
+    from spec.cluster_simulation import run
+
+    started = time.monotonic()
+    simulation, violation = run(seed=1, steps=CORE_SIMULATION_STEPS)
+    seconds = time.monotonic() - started
+    print(f"simulate --cores seed=1: {simulation.steps:,} steps, {simulation.steps / seconds:,.0f} steps/s, "
+          f"{len(simulation.acked)} acked, {'VIOLATION ' + violation.problem if violation else 'no violation'}",
+          flush=True)
+
+
 def refinement_long_profile() -> int:
     started = time.monotonic()
     code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/spec/test_refinement_storage.py"],
+                            "tests/spec/test_refinement_storage.py",
+                            "tests/spec/test_refinement_producer_state.py"],
                            env={**os.environ, "KSPEC_SPEC_PROFILE": "long"})
     print(f"storage refinement, long profile: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
     return code
@@ -61,4 +75,5 @@ def refinement_long_profile() -> int:
 if __name__ == "__main__":
     explorer_figures()
     simulator_figures()
+    core_simulation_figures()
     sys.exit(refinement_long_profile())

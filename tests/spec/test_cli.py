@@ -45,3 +45,9 @@ def test_simulate_of_the_fixed_protocol_holds():
     done = run("simulate", "--seed", "3", "--steps", "5000", "--replicas", "3", "--records", "4",
                "--max-epochs", "6", "--crashes", "2")
     assert done.returncode == 0, done.stdout
+
+
+def test_simulate_cores_runs_the_reference_replicas():
+    done = run("simulate", "--seed", "1", "--steps", "500", "--cores")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "records acked" in done.stdout and "every invariant held" in done.stdout
