@@ -1,99 +1,179 @@
 """`kspec demo`: the main job, end to end, with a summary a person can read.
 
-Today it runs what has landed: it starts a reference broker as its own process, has
-real clients write and read through it across every compression codec, restarts the
-broker and reads everything back, then reports what it did. Each later part of kspec
-(conformance suite, fault run, Spark check, report page) joins this job as it lands.
+1. start a 3-node reference cluster (one OS process per node, a KRaft-style quorum);
+2. run the conformance suite against it through real clients (--quick, to fit the budget);
+3. a fault run: a fresh 3-node cluster under partitions, leader kills and pauses for
+   FAULT_TIME_LIMIT_S while the Jepsen-style workload records every operation;
+4. check that history with Spark (every anomaly family, by guarantee id);
+5. render the run's report and the index of runs, reports/latest/index.html.
+
+Every step runs the same command a person would (`kspec conformance`, `kspec faults run`,
+`kspec check`) as a child process, so its own progress shows and its exit status counts.
+The run goes to reports/runs/<time>-demo/. The demo exits 0 only when every step passed.
 """
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from conformance.clients import COMPRESSION_CODECS, Record, driver, unavailable_reason
-from reference.process import BrokerProcess
+from reference.process import ClusterProcess
+from reports.index import write_index
+from reports.run import CHECK_DIR, CONFORMANCE_DIR, LATEST_DIR, RESULTS_FILE, RUNS_DIR, render_run
 
-RECORDS_PER_CLIENT = 10_000
-PARTITIONS = 3
-WRITERS = ("confluent-kafka", "kafka-python", "aiokafka", "kcat", "kafkajs")
-READER = "confluent-kafka"
+NODES = 3
+FAULT_TIME_LIMIT_S = 60
+FAULT_INTERVAL_S = 8          # mean seconds between a fault package's flips: several of each per run
+NEMESES = "partition,kill,pause"
+REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+EXIT_CHECK_VIOLATION = 1      # `kspec check`: a guarantee was violated (2 is bad input)
 
 
 @dataclass
 class Step:
-    what: str
-    ok: bool
-    detail: str
+    name: str
+    status: str               # passed, FAILED, not run
+    figures: str
+    where: str
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
 
 
-def _records(writer: str) -> list[Record]:
-    records = [Record(i % PARTITIONS, f"{writer}-{i % 100}", f"{writer} record {i}", (("writer", writer),))
-               for i in range(RECORDS_PER_CLIENT)]
-    return sorted(records, key=lambda r: r.partition)
+def _kspec(*arguments: str) -> int:
+    """Run a kspec subcommand as a child process, its output on this terminal; its exit status."""
+    return subprocess.run([sys.executable, "-m", "kspec.cli", *arguments], stdin=subprocess.DEVNULL).returncode
 
 
-def _create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive its futures
-    for future in admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]).values():
-        future.result(30)
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
 
 
-def run_demo(console: Console) -> list[Step]:
-    steps: list[Step] = []
-    with tempfile.TemporaryDirectory(prefix="kspec-demo-") as tmp, BrokerProcess(f"{tmp}/node0") as broker:
-        console.print(f"[bold]broker[/] node 0 ready at {broker.bootstrap} (data in {tmp}/node0)")
-        written: dict[str, list[Record]] = {}
-        for index, writer in enumerate(WRITERS):
-            reason = unavailable_reason(writer)
-            if reason:
-                steps.append(Step(f"{writer} writes", False, f"skipped: {reason}"))
-                continue
-            codec = COMPRESSION_CODECS[index % len(COMPRESSION_CODECS)]
-            topic = f"demo-{writer}"
-            _create_topic(broker.bootstrap, topic)
-            records = _records(writer)
-            started = time.monotonic()
-            driver(writer).produce(broker.bootstrap, topic, records, compression=codec)
-            seconds = time.monotonic() - started
-            written[topic] = records
-            steps.append(Step(f"{writer} writes {len(records):,} records ({codec})", True,
-                              f"{len(records) / seconds:,.0f} records/s"))
-        console.print("[bold]broker[/] restart (SIGTERM, start on the same data dir)")
-        broker.restart()
-        for topic, records in written.items():
-            read = driver(READER).consume(broker.bootstrap, topic, list(range(PARTITIONS)), len(records))
-            in_order = all(
-                [m.offset for m in read if m.partition == p] == list(range(sum(r.partition == p for r in records)))
-                for p in range(PARTITIONS))
-            expected = sorted((r.partition, r.value) for r in records)
-            intact = sorted((m.partition, m.value) for m in read) == expected
-            steps.append(Step(f"{READER} reads back {topic} after restart", in_order and intact,
-                              f"{len(read):,}/{len(records):,} records, "
-                              f"{'in offset order, nothing missing' if in_order and intact else 'MISMATCH'}"))
+def _conformance(bootstrap: str, out: Path) -> Step:
+    code = _kspec("conformance", "--bootstrap-servers", bootstrap, "--quick", "--report", str(out),
+                  "--junit-xml", str(out / "junit.xml"))
+    document = _json(out / "conformance.json")
+    if document is None:
+        return Step("conformance suite (--quick)", "FAILED", f"no result (exit {code})", "the output above")
+    totals = document["totals"]
+    return Step("conformance suite (--quick)", "passed" if code == 0 else "FAILED",
+                f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
+                f"({', '.join(document['target'].get('clients', [])) or 'clients'})",
+                f"{CONFORMANCE_DIR}/conformance.html")
+
+
+def _cluster_and_conformance(work: Path, conformance_out: Path, console: Console) -> list[Step]:
+    started = time.monotonic()
+    try:
+        cluster = ClusterProcess(str(work / "cluster"), NODES)
+        cluster.start()
+    except Exception as e:  # a cluster that did not come up is a failed step, reported with the reason
+        return [Step(f"{NODES}-node reference cluster", "FAILED", f"{type(e).__name__}: {e}",
+                     f"{work / 'cluster'}/node*.stderr.log", time.monotonic() - started),
+                Step("conformance suite (--quick)", "not run", "no cluster", "")]
+    try:
+        ready_s = time.monotonic() - started
+        console.print(f"[bold]cluster[/] {NODES} nodes ready at {cluster.bootstrap} in {ready_s:.1f} s "
+                      f"(controller: node {cluster.controller_id()})")
+        steps = [Step(f"{NODES}-node reference cluster", "passed", f"ready in {ready_s:.1f} s at {cluster.bootstrap}",
+                      "one `kspec broker` process per node", ready_s)]
+        console.rule("conformance suite against the cluster (kspec conformance --quick)")
+        started = time.monotonic()
+        steps.append(_conformance(cluster.bootstrap, conformance_out))
+        steps[-1].seconds = time.monotonic() - started
+    finally:
+        cluster.stop()
     return steps
+
+
+def _fault_run(run_dir: Path) -> Step:
+    name = f"fault run ({NEMESES}, {FAULT_TIME_LIMIT_S} s)"
+    code = _kspec("faults", "run", "--target", "reference", "--nodes", str(NODES), "--nemesis", NEMESES,
+                  "--time-limit", str(FAULT_TIME_LIMIT_S), "--interval", str(FAULT_INTERVAL_S), "--out", str(run_dir))
+    results = _json(run_dir / RESULTS_FILE)
+    if results is None:
+        return Step(name, "FAILED", f"no results (exit {code})", str(run_dir))
+    completions = results["completions"]
+    faults = sum(1 for line in (run_dir / "nemesis.jsonl").read_text().splitlines() if '"start"' in line)
+    passed = code == 0 and results["final_reads_complete"] and not results["workload_failures"]
+    figures = (f"{sum(completions.values()):,} ops ({', '.join(f'{n:,} {k}' for k, n in sorted(completions.items()))}),"
+               f" {results['main_phase_ops_per_s']:g} ops/s, {faults} faults injected, network "
+               f"{results['network_mode']}, final reads {'complete' if results['final_reads_complete'] else 'INCOMPLETE'}")
+    figures += "".join(f"; {failure}" for failure in results["workload_failures"])
+    return Step(name, "passed" if passed else "FAILED", figures, "history.parquet, nemesis.jsonl, node-*.log")
+
+
+def _check(run_dir: Path) -> Step:
+    code = _kspec("check", str(run_dir), "--out", str(run_dir / CHECK_DIR))
+    verdict = _json(run_dir / CHECK_DIR / "verdict.json")
+    if verdict is None:
+        return Step("Spark history check", "FAILED", f"no verdict (exit {code})", "the output above")
+    held = [g for g, e in verdict["guarantees"].items() if e["status"] == "held"]
+    violated = [g for g, e in verdict["guarantees"].items() if e["status"] == "violated"]
+    figures = (f"{verdict['ops']:,} ops, {len(verdict['checks'])} checks in {verdict['seconds']['total']:.0f} s; "
+               f"held {', '.join(held) or '-'}")
+    if violated:
+        figures += f"; VIOLATED {', '.join(violated)} (" + ", ".join(
+            f"{a} x{n}" for a, n in sorted(verdict["violations"].items())) + ")"
+    assert code != 0 or verdict["valid"], "kspec check exits 0 only on a valid history"
+    return Step("Spark history check", "passed" if code == 0 else "FAILED", figures,
+                f"{CHECK_DIR}/verdict.json, {CHECK_DIR}/anomalies.parquet")
+
+
+def run_demo(console: Console) -> tuple[list[Step], Path]:
+    run_dir = REPORTS_DIR / RUNS_DIR / (datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S") + "-demo")
+    with tempfile.TemporaryDirectory(prefix="kspec-demo-") as tmp:
+        work = Path(tmp)
+        console.rule(f"{NODES}-node reference cluster")
+        steps = _cluster_and_conformance(work, work / CONFORMANCE_DIR, console)
+        console.rule(f"fault run: {NEMESES} for {FAULT_TIME_LIMIT_S} s on a fresh {NODES}-node cluster")
+        started = time.monotonic()
+        steps.append(_fault_run(run_dir))
+        steps[-1].seconds = time.monotonic() - started
+        if (work / CONFORMANCE_DIR).exists() and run_dir.exists():
+            shutil.move(str(work / CONFORMANCE_DIR), str(run_dir / CONFORMANCE_DIR))
+    if not (run_dir / "history.parquet").exists():
+        steps += [Step("Spark history check", "not run", "no history", ""), Step("report", "not run", "no history", "")]
+        return steps, run_dir
+    console.rule("Spark history check (kspec check)")
+    started = time.monotonic()
+    steps.append(_check(run_dir))
+    steps[-1].seconds = time.monotonic() - started
+    started = time.monotonic()
+    page = render_run(run_dir)
+    index = write_index(REPORTS_DIR)
+    steps.append(Step("report", "passed", f"{len(list(page.parent.glob('*.png')))} plots",
+                      f"{page.relative_to(run_dir)}; index {index}", time.monotonic() - started))
+    return steps, run_dir
 
 
 @click.command()
 def demo() -> None:
-    """Start a reference broker, drive real clients through it, and say what happened."""
+    """3-node cluster, conformance suite, fault run, Spark check, report; exit 0 only when all passed."""
     console = Console()
-    steps = run_demo(console)
-    table = Table(title="kspec demo")
-    table.add_column("step")
-    table.add_column("result")
-    table.add_column("detail")
+    started = time.monotonic()
+    steps, run_dir = run_demo(console)
+    table = Table(title=f"kspec demo: {run_dir}", title_justify="left", show_lines=True)
+    for column in ("step", "result", "seconds", "figures", "where to look (in the run folder)"):
+        table.add_column(column, overflow="fold")
+    colour = {"passed": "green", "FAILED": "red", "not run": "yellow"}
     for step in steps:
-        table.add_row(step.what, "[green]ok[/]" if step.ok else "[red]FAILED[/]" if "skipped" not in step.detail
-                      else "[yellow]skipped[/]", step.detail)
+        table.add_row(step.name, f"[{colour[step.status]}]{step.status}[/]", f"{step.seconds:.0f}", step.figures,
+                      step.where)
     console.print(table)
-    failed = [s for s in steps if not s.ok and "skipped" not in s.detail]
-    console.print("[bold red]demo failed[/]" if failed else "[bold green]demo passed[/]: "
-                  "every record written by five real clients was read back in order after a restart")
-    raise SystemExit(1 if failed else 0)
+    passed = all(step.passed for step in steps)
+    console.print(f"[bold {'green' if passed else 'red'}]demo {'passed' if passed else 'FAILED'}[/] in "
+                  f"{time.monotonic() - started:.0f} s; open {REPORTS_DIR / LATEST_DIR / 'index.html'}")
+    raise SystemExit(0 if passed else 1)
