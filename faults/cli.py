@@ -64,6 +64,8 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     try:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             result = run_faults(options, out_dir, progress=lambda status: live.update(_status_line(status)))
+        if not console.is_terminal:  # Live leaves its last line open when writing to a file or pipe
+            console.line()
     except (RunError, TargetError) as e:
         raise click.ClickException(str(e)) from None
     except KeyboardInterrupt:

@@ -12,8 +12,8 @@ about rate_hz ops per second:
   a new one (new producer, new consumer, process id + concurrency) takes its place.
 - poll: one consumer.consume(); ok with the records grouped by key, as Jepsen's poll
   value is (a map of key to records); within a key they stay in offset order.
-- assign: with probability assign_p, a new random set of keys (earliest offsets, since
-  the workload never commits).
+- assign: with probability assign_p, a new random set of keys; kept keys keep their
+  position, new ones start at the earliest offset (the workload never commits).
 - crash: with probability crash_p, the process drops its clients (a consumer crash).
 
 After the main phase, `final_reads` has a fresh process assign every key from the
@@ -164,12 +164,17 @@ class Client:
         return "ok"
 
     def assign(self, recorder: Recorder, keys: list[int], from_beginning: bool = False) -> str:
+        """Replace the assignment. A partition kept keeps its position (as Java's assign() does);
+        a new one starts at the committed offset, i.e. the earliest (nothing is committed)."""
         from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, TopicPartition
         assignment = [topic_partition(k) for k in sorted(keys)]
         invocation = recorder.invoke(self.process, "assign", assignment=assignment,
                                      extra={"seek-to-beginning": True} if from_beginning else None)
-        offset = OFFSET_BEGINNING if from_beginning else OFFSET_STORED
-        self.consumer.assign([TopicPartition(t, p, offset) for t, p in assignment])
+        positions = {(tp.topic, tp.partition): tp.offset
+                     for tp in self.consumer.position(self.consumer.assignment()) if tp.offset >= 0}
+        default = OFFSET_BEGINNING if from_beginning else OFFSET_STORED
+        self.consumer.assign([TopicPartition(t, p, default if from_beginning else positions.get((t, p), default))
+                              for t, p in assignment])
         recorder.complete(invocation, "ok")
         return "ok"
 
