@@ -4,6 +4,10 @@ Configuration is layered as Kafka's: a .properties file (--config), then --set k
 overrides, then the --listen/--data-dir/--node-id flags. Once listening, exactly one line
 goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/tmp/x`;
 logs go to stderr. A stop flushes and closes every log and leaves the clean-shutdown marker.
+
+With controller.quorum.voters set (e.g. `--set controller.quorum.voters=1@127.0.0.1:9092,...`)
+the node runs in combined mode as one broker and controller of a replicated cluster
+(reference/node/cluster.py); its --listen address must be the one the voters list names.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import click
 
 from reference.config import BrokerConfig, read_properties_file
 from reference.node.broker import Broker
+from reference.node.cluster import ClusterBroker
+from reference.server.cluster import ClusterServer
 from reference.server.server import BrokerServer, now_ms
 
 
@@ -47,7 +53,7 @@ def broker(listen: str | None, data_dir: str, node_id: int | None, config_file: 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        broker_state = Broker(config, now_ms())  # replays the metadata log, recovers every partition
+        broker_state = (ClusterBroker if config.controller_quorum_voters else Broker)(config, now_ms())  # replays the metadata log, recovers every partition
     except ValueError as e:  # e.g. a data dir whose meta.properties names another node
         raise click.UsageError(str(e)) from None
     asyncio.run(_run(broker_state))
@@ -55,7 +61,7 @@ def broker(listen: str | None, data_dir: str, node_id: int | None, config_file: 
 
 async def _run(broker_state: Broker) -> None:
     config = broker_state.config
-    server = BrokerServer(broker_state)
+    server = (ClusterServer if isinstance(broker_state, ClusterBroker) else BrokerServer)(broker_state)
     host, port = await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

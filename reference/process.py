@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,3 +108,115 @@ class BrokerProcess:
             else:
                 time.sleep(0.01)
         return line.decode(errors="replace").strip()
+
+
+class ClusterProcess:
+    """N `kspec broker` processes in combined mode, one per node, on 127.0.0.1: for tests, the
+    conformance suite and the fault harness.
+
+        with ClusterProcess(base_dir, nodes=3, overrides={...}) as cluster:
+            cluster.bootstrap             # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
+            leader = cluster.leader_of("t", 0)
+            cluster.kill(leader)          # kill -9 one node
+            cluster.start_node(leader)    # back on its data dir and port
+
+    Every node's command line names its listen address and the whole voters list
+    (controller.quorum.voters), so a runner may start the same commands elsewhere (e.g. in
+    network namespaces, with `hosts` giving each node's address). Node ids are 1..N.
+    """
+
+    def __init__(self, base_dir: str, nodes: int = 3, *, base_port: int | None = None,
+                 hosts: list[str] | None = None, overrides: dict[str, str] | None = None) -> None:
+        assert nodes >= 1
+        os.makedirs(base_dir, exist_ok=True)
+        hosts = hosts or ["127.0.0.1"] * nodes
+        ports = [base_port + i for i in range(nodes)] if base_port else [_free_port() for _ in range(nodes)]
+        self.addresses = {node_id: f"{hosts[node_id - 1]}:{ports[node_id - 1]}" for node_id in range(1, nodes + 1)}
+        voters = ",".join(f"{node_id}@{address}" for node_id, address in self.addresses.items())
+        self.nodes = {
+            node_id: BrokerProcess(os.path.join(base_dir, f"node{node_id}"), listen=address, node_id=node_id,
+                                   overrides={"controller.quorum.voters": voters, **(overrides or {})})
+            for node_id, address in self.addresses.items()}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.addresses.values())
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Start every node, wait until every broker is registered and every partition has a leader."""
+        for node in self.nodes.values():
+            node.start(timeout_s)
+        self.wait_ready(timeout_s)
+        return self.bootstrap
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, brokers: int | None = None) -> None:
+        brokers = len(self.running_nodes()) if brokers is None else brokers
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            metadata = self.metadata()
+            if (metadata is not None and len(metadata.brokers) >= brokers and metadata.controller_id >= 0
+                    and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
+                return
+            time.sleep(0.1)
+        raise BrokerNotReady(f"cluster {self.bootstrap} not ready within {timeout_s}s")
+
+    def metadata(self, topic: str | None = None):
+        """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+        running = [self.addresses[node_id] for node_id in self.running_nodes()]
+        if not running:
+            return None
+        admin = AdminClient({"bootstrap.servers": ",".join(running), "log_level": 0})
+        try:
+            return admin.list_topics(topic, timeout=2)
+        except KafkaException:
+            return None
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        """The partition's leader as the metadata says (-1 when offline or unknown)."""
+        metadata = self.metadata(topic)
+        if metadata is None or topic not in metadata.topics or partition not in metadata.topics[topic].partitions:
+            return -1
+        return metadata.topics[topic].partitions[partition].leader
+
+    def controller_id(self) -> int:
+        metadata = self.metadata()
+        return -1 if metadata is None else metadata.controller_id
+
+    def running_nodes(self) -> list[int]:
+        return [node_id for node_id, node in self.nodes.items() if node.running]
+
+    def start_node(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
+        return self.nodes[node_id].start(timeout_s)
+
+    def stop_node(self, node_id: int) -> int:
+        return self.nodes[node_id].stop()
+
+    def kill(self, node_id: int) -> None:
+        self.nodes[node_id].kill()
+
+    def restart(self, node_id: int) -> str:
+        self.nodes[node_id].stop()
+        return self.nodes[node_id].start()
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.running:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self.nodes.values():
+            if node.process is not None and node.process.returncode is None:
+                node.stop()
+
+    def __enter__(self) -> ClusterProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

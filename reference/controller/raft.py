@@ -93,6 +93,7 @@ class FetchResponse:
     diverging_epoch: int = -1  # with diverging_end_offset: truncate there, then fetch again
     diverging_end_offset: int = -1
     snapshot: Snapshot | None = None
+    fetch_offset: int = -1  # the request's: a late answer to an earlier fetch must not be appended twice
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,8 @@ class RaftNode:
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
         reply = lambda **fields: self.outbox.append(  # noqa: E731
-            (request.replica_id, FetchResponse(self.node_id, self.epoch, high_watermark=self.high_watermark, **fields)))
+            (request.replica_id, FetchResponse(self.node_id, self.epoch, high_watermark=self.high_watermark,
+                                               fetch_offset=request.fetch_offset, **fields)))
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, NO_LEADER, now_ms)
             return
@@ -352,6 +354,8 @@ class RaftNode:
             self._become_follower(response.epoch, response.leader_id, now_ms)
         if response.epoch != self.epoch or self.role is not RaftRole.FOLLOWER or response.fenced:
             return
+        if response.snapshot is None and response.fetch_offset not in (-1, self.log_end_offset):
+            return  # an answer to an older fetch, overtaken by a later one (the network may reorder)
         self._last_leader_contact_ms = now_ms
         self._reset_election_timer(now_ms)
         self._fetch_sent_ms = -1  # fetch again at the next tick

@@ -1,0 +1,425 @@
+"""The asyncio shell of a cluster node (reference/node/cluster.py): the BrokerServer plus the
+traffic between nodes.
+
+Tasks, each a loop around the sans-IO cores:
+- raft: ticks the Raft core, sends its outbox (one sender per voter, over KspecController
+  "raft" requests), persists before sending, and replays what was committed.
+- lifecycle: registers this broker with the active controller, then heartbeats (KIP-631).
+- controller: while active, fences brokers whose session expired and elects leaders for
+  offline partitions; answers registrations, heartbeats and AlterPartition from brokers and
+  admin requests that other nodes forward (KIP-590), one command at a time, each answered
+  after its records are committed.
+- replica fetchers: one per leader this node follows; OffsetForLeaderEpoch while a replica
+  truncates, then Fetch with the replica id, long-polling on the leader.
+- tick: ISR shrinks and expansions go to the controller as AlterPartition.
+
+Group coordination is not wired in cluster mode yet: group requests close the connection.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from reference.handlers.context import CloseConnection
+from reference.node.broker import TopicPartition
+from reference.node.cluster import ClusterBroker
+from reference.node.quorum import decode_raft_message, encode_raft_message
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.headers import parse_request_header
+from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
+from reference.replication import EpochEndOffset, FetchAnswer
+from reference.server.purgatory import AcksPurgatory
+from reference.server.server import TICK_INTERVAL_MS, BrokerServer, now_ms
+
+log = logging.getLogger("kspec.cluster")
+
+RAFT_TICK_INTERVAL_MS = 10
+CONTROLLER_TICK_INTERVAL_MS = 200
+REGISTRATION_RETRY_MS = 200
+FETCHER_IDLE_MS = 50
+PEER_TIMEOUT_S = 5.0
+COMMIT_TIMEOUT_S = 5.0
+RAFT_QUEUE_MAX = 100  # raft messages waiting for one peer; older ones are dropped (Raft tolerates loss)
+FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active controller
+FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId field
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
+                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID}
+GROUP_APIS = {ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
+              ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_GROUPS,
+              ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+              ApiKey.CONSUMER_GROUP_DESCRIBE}
+
+
+class PeerConnection:
+    """One connection to another node; one request in flight at a time, reconnecting after errors."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.address = (host, port)
+        self.client_id = client_id
+        self._lock = asyncio.Lock()
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self._correlation_id = 0
+
+    async def call(self, api_key: int, version: int, body: dict, timeout_s: float = PEER_TIMEOUT_S):
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._call(api_key, version, body), timeout_s)
+            except BaseException:
+                self.close()
+                raise
+
+    async def _call(self, api_key: int, version: int, body: dict):
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(*self.address)
+        reader, writer = self._streams
+        self._correlation_id += 1
+        writer.write(encode_request(api_key, version, self._correlation_id, self.client_id, body))
+        await writer.drain()
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        correlation_id, response = decode_response(api_key, version, await reader.readexactly(size))
+        assert correlation_id == self._correlation_id, (correlation_id, self._correlation_id)
+        return response
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
+
+
+class ClusterServer(BrokerServer):
+    broker: ClusterBroker
+
+    def __init__(self, broker: ClusterBroker) -> None:
+        super().__init__(broker)
+        self.acks = AcksPurgatory()
+        broker.acks_purgatory = self.acks
+        client_id = f"kspec-node-{broker.config.node_id}"
+        self._voter_connections = {node_id: PeerConnection(host, port, client_id)
+                                   for node_id, (host, port) in broker.voters.items()}
+        self._raft_connections = {node_id: PeerConnection(host, port, client_id)
+                                  for node_id, (host, port) in broker.voters.items()}
+        self._raft_queues: dict[int, asyncio.Queue] = {}
+        self._fetchers: dict[int, asyncio.Task] = {}
+        self._commit_waiters: list[tuple[int, asyncio.Future]] = []
+        self._controller_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+
+    async def start(self) -> tuple[str, int]:
+        address = await super().start()
+        self._raft_queues = {node_id: asyncio.Queue() for node_id in self.broker.voters
+                             if node_id != self.broker.config.node_id}
+        self._tasks = [asyncio.create_task(loop) for loop in (
+            self._raft_loop(), self._lifecycle_loop(), self._controller_loop(), self._fetcher_manager_loop(),
+            *(self._raft_sender(node_id) for node_id in self._raft_queues))]
+        return address
+
+    async def stop(self) -> None:
+        """Controlled shutdown first (leaderships move away while this node still serves), then stop."""
+        self._stopping = True
+        if self.broker.broker_epoch >= 0:
+            try:
+                await asyncio.wait_for(self._controller_call("broker_heartbeat", {
+                    "broker_id": self.broker.config.node_id, "broker_epoch": self.broker.broker_epoch,
+                    "want_shutdown": True}), 2.0)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
+                pass
+        for task in [*self._tasks, *self._fetchers.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._fetchers.values(), return_exceptions=True)
+        self.acks.wake_all()
+        for connection in [*self._voter_connections.values(), *self._raft_connections.values()]:
+            connection.close()
+        await super().stop()
+
+    # ------------------------------------------------------------ requests
+
+    async def _handle(self, frame) -> list | None:
+        header, body_offset = parse_request_header(frame)
+        api_key = header.api_key
+        if api_key == ApiKey.KSPEC_CONTROLLER:
+            request = decode_request(api_key, header.api_version, frame[body_offset:])
+            error, payload = await self._on_internal(request.kind, bytes(request.payload))
+            return encode_response_chunks(api_key, header.api_version, header.correlation_id,
+                                          {"error_code": error, "payload": payload})
+        if api_key in GROUP_APIS:
+            raise CloseConnection(f"{ApiKey(api_key).name}: group coordination is not wired in cluster mode")
+        if api_key in CONTROLLER_APIS:
+            return await self._on_controller_api(frame)
+        chunks = await super()._handle(frame)
+        self._notify()
+        return chunks
+
+    async def _fetch(self, request, context) -> dict:
+        response = await super()._fetch(request, context)
+        self._notify()  # a follower's fetch may have moved a high watermark
+        return response
+
+    async def _on_controller_api(self, frame) -> list | None:
+        """Admin requests run on the active controller; another node forwards them (KIP-590)."""
+        deadline = asyncio.get_running_loop().time() + FORWARD_WAIT_S
+        while asyncio.get_running_loop().time() < deadline:
+            if self.broker.is_active_controller:
+                async with self._controller_lock:
+                    chunks = await super()._handle(frame)
+                    await self._commit(self.broker.take_pending_records())
+                return chunks
+            controller_id = self.broker.controller_id
+            if controller_id >= 0:
+                try:
+                    error, payload = await self._call_voter(controller_id, "envelope", bytes(frame))
+                    if error == ErrorCode.NONE:
+                        return [payload]
+                except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                    pass
+            await asyncio.sleep(0.1)
+        raise CloseConnection("no active controller to forward to")
+
+    async def _on_internal(self, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
+        if kind == "raft":
+            self.broker.raft.receive(decode_raft_message(payload), now_ms())
+            self._after_raft()
+            return ErrorCode.NONE, b""
+        if kind == "envelope":
+            if not self.broker.is_active_controller:
+                return ErrorCode.NOT_CONTROLLER, b""
+            chunks = await self._on_controller_api(payload)
+            return ErrorCode.NONE, b"".join(bytes(chunk) for chunk in chunks)
+        return await self._controller_command(kind, json.loads(payload))
+
+    async def _controller_command(self, kind: str, request: dict) -> tuple[ErrorCode, bytes]:
+        """A broker's registration, heartbeat or AlterPartition, on the active controller."""
+        async with self._controller_lock:
+            if not self.broker.is_active_controller:
+                return ErrorCode.NOT_CONTROLLER, b""
+            try:
+                if kind == "broker_registration":
+                    self.broker.register_broker(request["broker_id"], request["incarnation_id"], request["host"],
+                                                request["port"], now_ms())
+                elif kind == "broker_heartbeat":
+                    self.broker.broker_heartbeat(request["broker_id"], request["broker_epoch"],
+                                                 request["want_shutdown"], now_ms())
+                elif kind == "alter_partition":
+                    self.broker.alter_partition(request)
+                else:
+                    return ErrorCode.INVALID_REQUEST, b""
+                await self._commit(self.broker.take_pending_records())
+            except KafkaError as e:
+                self.broker.take_pending_records()
+                return e.code, b""
+        return ErrorCode.NONE, b""
+
+    async def _controller_call(self, kind: str, request: dict) -> ErrorCode:
+        """Send a command to the active controller (this node or another)."""
+        if self.broker.is_active_controller:
+            error, _ = await self._controller_command(kind, request)
+            return error
+        controller_id = self.broker.controller_id
+        if controller_id < 0:
+            return ErrorCode.NOT_CONTROLLER
+        error, _ = await self._call_voter(controller_id, kind, json.dumps(request).encode())
+        return error
+
+    async def _call_voter(self, node_id: int, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
+        response = await self._voter_connections[node_id].call(ApiKey.KSPEC_CONTROLLER, 0,
+                                                               {"kind": kind, "payload": payload})
+        return ErrorCode(response.error_code), bytes(response.payload)
+
+    # ------------------------------------------------------------ the quorum
+
+    async def _commit(self, records: list[dict]) -> None:
+        """Propose records and wait until this node has applied them."""
+        if not records:
+            return
+        if not self.broker.is_active_controller:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no longer the active controller")
+        offset = self.broker.raft.propose(records)
+        committed = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append((offset, committed))
+        self._after_raft()
+        try:
+            await asyncio.wait_for(committed, COMMIT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "metadata records not committed in time") from None
+
+    def _after_raft(self) -> None:
+        """After any Raft input: persist, hand the outbox to the senders, replay what committed."""
+        now = now_ms()
+        raft = self.broker.raft
+        raft.persist(now)
+        for destination, message in raft.take_outbox():
+            queue = self._raft_queues[destination]
+            if queue.qsize() >= RAFT_QUEUE_MAX:
+                queue.get_nowait()
+            queue.put_nowait(message)
+        self.broker.apply_committed(now)
+        waiting = []
+        for offset, committed in self._commit_waiters:
+            if committed.done():
+                continue
+            if raft.applied_offset >= offset:
+                committed.set_result(None)
+            elif not self.broker.is_active_controller:
+                committed.set_exception(KafkaError(ErrorCode.NOT_CONTROLLER, "leadership lost before commit"))
+            else:
+                waiting.append((offset, committed))
+        self._commit_waiters = waiting
+        self._notify()
+
+    def _notify(self) -> None:
+        self.acks.notify(self.broker.changed)
+        self.broker.changed.clear()
+        self.purgatory.notify(self.broker.appended)
+        self.broker.appended.clear()
+
+    async def _raft_loop(self) -> None:
+        while True:
+            self.broker.raft.tick(now_ms())
+            self._after_raft()
+            await asyncio.sleep(RAFT_TICK_INTERVAL_MS / 1000)
+
+    async def _raft_sender(self, node_id: int) -> None:
+        queue = self._raft_queues[node_id]
+        while True:
+            message = await queue.get()
+            try:
+                await self._raft_connections[node_id].call(
+                    ApiKey.KSPEC_CONTROLLER, 0, {"kind": "raft", "payload": encode_raft_message(message)}, 1.0)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                pass  # lost, as on a real network; Raft retries by itself
+
+    # ------------------------------------------------------------ broker lifecycle and controller duties
+
+    async def _lifecycle_loop(self) -> None:
+        config = self.broker.config
+        host, port = config.advertised
+        while True:
+            try:
+                if self.broker.broker_epoch < 0:
+                    await self._controller_call("broker_registration", {
+                        "broker_id": config.node_id, "incarnation_id": self.broker.incarnation_id,
+                        "host": host, "port": port})
+                    await asyncio.sleep(REGISTRATION_RETRY_MS / 1000)
+                    continue
+                await self._controller_call("broker_heartbeat", {
+                    "broker_id": config.node_id, "broker_epoch": self.broker.broker_epoch, "want_shutdown": False})
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
+                pass
+            await asyncio.sleep(config.broker_heartbeat_interval_ms / 1000)
+
+    async def _controller_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CONTROLLER_TICK_INTERVAL_MS / 1000)
+            if not self.broker.is_active_controller:
+                continue
+            async with self._controller_lock:
+                try:
+                    self.broker.controller_tick(now_ms())
+                    await self._commit(self.broker.take_pending_records())
+                except KafkaError as e:
+                    log.info("controller tick: %s", e)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+            now = now_ms()
+            self.broker.tick(now)
+            if self.broker.broker_epoch >= 0:
+                for request in self.broker.alter_partition_requests(now):
+                    asyncio.create_task(self._send_alter_partition(request))
+            self._notify()
+
+    async def _send_alter_partition(self, request: dict) -> None:
+        try:
+            error = await self._controller_call("alter_partition", request)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
+            return  # sent again after ALTER_PARTITION_RESEND_MS
+        if error != ErrorCode.NONE:
+            self.broker.alter_partition_failed(TopicPartition(request["topic"], request["partition"]), error)
+
+    # ------------------------------------------------------------ replica fetchers
+
+    async def _fetcher_manager_loop(self) -> None:
+        while True:
+            for leader_id in self.broker.followed_partitions():
+                if leader_id not in self._fetchers or self._fetchers[leader_id].done():
+                    self._fetchers[leader_id] = asyncio.create_task(self._fetch_from(leader_id))
+            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+
+    async def _fetch_from(self, leader_id: int) -> None:
+        """The replica fetcher for one leader: truncate by epoch where needed, then fetch."""
+        connection = None
+        while (followed := self.broker.followed_partitions().get(leader_id)) is not None:
+            address = self.broker.broker_address(leader_id)
+            if connection is None or connection.address != address:
+                connection = PeerConnection(*address, f"kspec-fetcher-{self.broker.config.node_id}")
+            try:
+                progressed = await self._truncate(connection, leader_id, followed)
+                progressed = await self._replica_fetch(connection, followed) or progressed
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+                connection.close()
+                progressed = False
+            if not progressed:
+                await asyncio.sleep(FETCHER_IDLE_MS / 1000)
+        if connection is not None:
+            connection.close()
+
+    async def _truncate(self, connection: PeerConnection, leader_id: int, followed) -> bool:
+        asking = [(tp, replica, request) for tp, replica in followed
+                  if (request := replica.epoch_end_offset_request()) is not None]
+        if not asking:
+            return False
+        topics: dict[str, list] = {}
+        for tp, _, request in asking:
+            topics.setdefault(tp.topic, []).append({"partition": tp.partition,
+                                                    "current_leader_epoch": request.current_leader_epoch,
+                                                    "leader_epoch": request.leader_epoch})
+        response = await connection.call(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, {
+            "replica_id": self.broker.config.node_id,
+            "topics": [{"topic": topic, "partitions": partitions} for topic, partitions in topics.items()]})
+        answers = {TopicPartition(topic.topic, p.partition): p for topic in response.topics for p in topic.partitions}
+        for tp, replica, request in asking:
+            answer = answers.get(tp)
+            if answer is None or replica.leader_id != leader_id or replica.leader_epoch != request.current_leader_epoch:
+                continue
+            replica.handle_epoch_end_offset(EpochEndOffset(ErrorCode(answer.error_code), answer.leader_epoch,
+                                                           answer.end_offset))
+        return True
+
+    async def _replica_fetch(self, connection: PeerConnection, followed) -> bool:
+        config = self.broker.config
+        fetching = [(tp, replica, request) for tp, replica in followed
+                    if (request := replica.fetch_request()) is not None]
+        if not fetching:
+            return False
+        topics: dict[str, list] = {}
+        for tp, _, request in fetching:
+            topics.setdefault(tp.topic, []).append({
+                "partition": tp.partition, "current_leader_epoch": request.current_leader_epoch,
+                "fetch_offset": request.fetch_offset, "last_fetched_epoch": request.last_fetched_epoch,
+                "log_start_offset": -1, "partition_max_bytes": config.replica_fetch_max_bytes})
+        wait_ms = config.replica_fetch_wait_max_ms
+        response = await connection.call(ApiKey.FETCH, FETCH_VERSION, {
+            "replica_id": config.node_id, "max_wait_ms": wait_ms, "min_bytes": 1,
+            "max_bytes": config.replica_fetch_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": partitions} for topic, partitions in topics.items()]},
+            PEER_TIMEOUT_S + wait_ms / 1000)
+        answers = {TopicPartition(topic.topic, p.partition_index): p
+                   for topic in response.responses for p in topic.partitions}
+        progressed = False
+        now = now_ms()
+        for tp, replica, request in fetching:
+            answer = answers.get(tp)
+            if answer is None:
+                continue
+            error = ErrorCode(answer.error_code)
+            progressed = progressed or error == ErrorCode.NONE
+            # Fetch does not carry the leader's log end offset; on OFFSET_OUT_OF_RANGE its high
+            # watermark (<= its log end offset) tells a follower that is ahead to truncate.
+            replica.handle_fetch_answer(request, FetchAnswer(
+                error, bytes(answer.records or b""), answer.high_watermark, answer.log_start_offset,
+                answer.high_watermark), now)
+        return progressed
