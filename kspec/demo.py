@@ -13,8 +13,11 @@ The run goes to reports/runs/<time>-demo/. The demo exits 0 only when every step
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +39,11 @@ FAULT_TIME_LIMIT_S = 60
 FAULT_INTERVAL_S = 8          # mean seconds between a fault package's flips: several of each per run
 NEMESES = "partition,kill,pause"
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
-EXIT_CHECK_VIOLATION = 1      # `kspec check`: a guarantee was violated (2 is bad input)
+# Time limits per step, so the whole demo ends within ten minutes even when a step hangs.
+CONFORMANCE_TIMEOUT_S = 210
+FAULT_RUN_TIMEOUT_S = FAULT_TIME_LIMIT_S + 90   # set-up, quiet period, final reads, tear-down
+CHECK_TIMEOUT_S = 180
+STOP_GRACE_S = 15             # after SIGTERM, before SIGKILL
 
 
 @dataclass
@@ -52,9 +59,37 @@ class Step:
         return self.status == "passed"
 
 
-def _kspec(*arguments: str) -> int:
-    """Run a kspec subcommand as a child process, its output on this terminal; its exit status."""
-    return subprocess.run([sys.executable, "-m", "kspec.cli", *arguments], stdin=subprocess.DEVNULL).returncode
+def _kspec(*arguments: str, timeout_s: float) -> int | None:
+    """Run a kspec subcommand as a child process, its output on this terminal; its exit status,
+    or None when it ran out of time. The child leads its own process group, so that it and
+    every process it started are ended together on a timeout or Ctrl-C."""
+    child = subprocess.Popen([sys.executable, "-m", "kspec.cli", *arguments], stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        return child.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        _end(child)
+        return None
+    except BaseException:
+        _end(child)
+        raise
+
+
+def _end(child: subprocess.Popen) -> None:
+    """SIGTERM the child's process group (kspec commands tear down on it), SIGKILL what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    try:
+        child.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _exit(code: int | None, timeout_s: float) -> str:
+    return f"timed out after {timeout_s:.0f} s" if code is None else f"exit {code}"
 
 
 def _json(path: Path) -> dict | None:
@@ -63,10 +98,11 @@ def _json(path: Path) -> dict | None:
 
 def _conformance(bootstrap: str, out: Path) -> Step:
     code = _kspec("conformance", "--bootstrap-servers", bootstrap, "--quick", "--report", str(out),
-                  "--junit-xml", str(out / "junit.xml"))
+                  "--junit-xml", str(out / "junit.xml"), timeout_s=CONFORMANCE_TIMEOUT_S)
     document = _json(out / "conformance.json")
     if document is None:
-        return Step("conformance suite (--quick)", "FAILED", f"no result (exit {code})", "the output above")
+        return Step("conformance suite (--quick)", "FAILED", f"no result ({_exit(code, CONFORMANCE_TIMEOUT_S)})",
+                    "the output above")
     totals = document["totals"]
     return Step("conformance suite (--quick)", "passed" if code == 0 else "FAILED",
                 f"{totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped "
@@ -101,10 +137,11 @@ def _cluster_and_conformance(work: Path, conformance_out: Path, console: Console
 def _fault_run(run_dir: Path) -> Step:
     name = f"fault run ({NEMESES}, {FAULT_TIME_LIMIT_S} s)"
     code = _kspec("faults", "run", "--target", "reference", "--nodes", str(NODES), "--nemesis", NEMESES,
-                  "--time-limit", str(FAULT_TIME_LIMIT_S), "--interval", str(FAULT_INTERVAL_S), "--out", str(run_dir))
+                  "--time-limit", str(FAULT_TIME_LIMIT_S), "--interval", str(FAULT_INTERVAL_S), "--out", str(run_dir),
+                  timeout_s=FAULT_RUN_TIMEOUT_S)
     results = _json(run_dir / RESULTS_FILE)
     if results is None:
-        return Step(name, "FAILED", f"no results (exit {code})", str(run_dir))
+        return Step(name, "FAILED", f"no results ({_exit(code, FAULT_RUN_TIMEOUT_S)})", str(run_dir))
     completions = results["completions"]
     faults = sum(1 for line in (run_dir / "nemesis.jsonl").read_text().splitlines() if '"start"' in line)
     passed = code == 0 and results["final_reads_complete"] and not results["workload_failures"]
@@ -116,10 +153,10 @@ def _fault_run(run_dir: Path) -> Step:
 
 
 def _check(run_dir: Path) -> Step:
-    code = _kspec("check", str(run_dir), "--out", str(run_dir / CHECK_DIR))
+    code = _kspec("check", str(run_dir), "--out", str(run_dir / CHECK_DIR), timeout_s=CHECK_TIMEOUT_S)
     verdict = _json(run_dir / CHECK_DIR / "verdict.json")
     if verdict is None:
-        return Step("Spark history check", "FAILED", f"no verdict (exit {code})", "the output above")
+        return Step("Spark history check", "FAILED", f"no verdict ({_exit(code, CHECK_TIMEOUT_S)})", "the output above")
     held = [g for g, e in verdict["guarantees"].items() if e["status"] == "held"]
     violated = [g for g, e in verdict["guarantees"].items() if e["status"] == "violated"]
     figures = (f"{verdict['ops']:,} ops, {len(verdict['checks'])} checks in {verdict['seconds']['total']:.0f} s; "

@@ -87,17 +87,23 @@ def _thin(mask: np.ndarray) -> np.ndarray:
     return thinned
 
 
+def _marker_size(points: int) -> float:
+    """Bigger markers when there are few points, small ones when there are many."""
+    return 24.0 if points < 1_000 else 10.0 if points < 10_000 else 5.0
+
+
 def latency_plot(done: Completions, intervals: list[Interval], end_s: float, path: Path) -> Path:
     """Each op's latency at its invoke time, coloured by outcome, shaped by f; log scale."""
     figure, axes = _figure(intervals, end_s, "Latency of every client op")
+    size = _marker_size(len(done.f))
     handles = []
     for outcome, (colour, label) in OUTCOME_STYLE.items():
         for f, marker in F_MARKERS.items():
             chosen = _thin((done.type == outcome) & (done.f == f))
             if chosen.any():
-                axes.scatter(done.invoke_s[chosen], np.maximum(done.latency_ms[chosen], 0.01), s=7 if outcome == "ok"
-                             else 16, marker=marker, color=colour, alpha=0.55 if outcome == "ok" else 0.9,
-                             linewidths=0)
+                axes.scatter(done.invoke_s[chosen], np.maximum(done.latency_ms[chosen], 0.01),
+                             s=size if outcome == "ok" else 2 * size, marker=marker, color=colour,
+                             alpha=0.55 if outcome == "ok" else 0.9, linewidths=0)
                 handles.append(plt.Line2D([], [], linestyle="", marker=marker, color=colour,
                                           label=f"{f} {label} ({int(((done.type == outcome) & (done.f == f)).sum()):,})"))
     axes.set_yscale("log")
@@ -128,7 +134,8 @@ def lag_plot(lag: Lag, intervals: list[Interval], end_s: float, path: Path) -> P
     for position, key in enumerate(keys):
         chosen = _thin(key_array == key)
         colour = colours(position % colours.N)
-        axes.scatter(lag.time_s[chosen], lag.lag_s[chosen], s=5, color=colour, alpha=0.6, linewidths=0)
+        axes.scatter(lag.time_s[chosen], lag.lag_s[chosen], s=_marker_size(len(lag.lag_s)), color=colour, alpha=0.6,
+                     linewidths=0)
         handles.append(plt.Line2D([], [], linestyle="", marker="o", color=colour, label=key))
     if len(lag.lag_s):
         worst = int(np.argmax(lag.lag_s))
@@ -148,7 +155,8 @@ def partition_plot(timeline: PartitionTimeline, marks: list[Highlight], interval
     and labelled by op (at most LABELS_MAX labels, the earliest)."""
     figure, axes = _figure(intervals, end_s, f"{timeline.topic}-{timeline.partition}: offsets over time")
     reads = _thin(np.ones(len(timeline.read_s), dtype=bool))
-    axes.scatter(timeline.read_s[reads], timeline.read_offset[reads], s=6, color="#9aa5b1", alpha=0.5, linewidths=0)
+    axes.scatter(timeline.read_s[reads], timeline.read_offset[reads], s=_marker_size(len(timeline.read_s)) / 2,
+                 color="#9aa5b1", alpha=0.5, linewidths=0)
     axes.scatter(timeline.send_s, timeline.send_offset, s=14, marker="^", color="#2f6db5", linewidths=0)
     for send in (True, False):
         chosen = [m for m in marks if m.send == send]
