@@ -23,7 +23,7 @@ from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA
 from spark_validation.frames import HistoryFrames
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
 from spark_validation.options import SUB_VIA, RunOptions
-from spec.history import ASSIGNMENT_FS, read_history
+from spec.history import ASSIGNMENT_FS, HISTORY_SCHEMA
 
 HISTORY_FILE = "history.parquet"
 OPTIONS_FILE = "run.json"
@@ -86,20 +86,23 @@ def resolve_history(path: Path, work_dir: Path) -> tuple[Path, RunOptions]:
     else:
         raise HistoryError(f"{path}: expected a folder, a .parquet file or a Jepsen .edn file")
     try:
-        table = read_history(path)
-    except (ValueError, pa.ArrowInvalid) as e:
-        raise HistoryError(f"{path}: {e}") from None
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise HistoryError(f"{path} is not readable Parquet ({e}); pass a history written by spec.history") from None
+    missing = [name for name in HISTORY_SCHEMA.names if name not in schema.names]
+    if missing:
+        raise HistoryError(f"{path} lacks history column(s) {', '.join(missing)}; see spec/history.py")
     if options_path is not None and options_path.exists():
         try:
             return path, RunOptions.from_json(options_path)
         except (ValueError, json.JSONDecodeError) as e:
             raise HistoryError(f"{options_path}: {e}") from None
-    return path, infer_options(table)
+    return path, infer_options(path)
 
 
-def infer_options(table: pa.Table) -> RunOptions:
+def infer_options(path: Path) -> RunOptions:
     """Options implied by the history: the assignment modes its consumers used."""
-    used = set(pc.unique(table.column("f")).to_pylist()) & set(ASSIGNMENT_FS)
+    used = set(pc.unique(pq.read_table(path, columns=["f"]).column("f")).to_pylist()) & set(ASSIGNMENT_FS)
     return RunOptions(sub_via=frozenset(used & set(SUB_VIA)) or frozenset({"assign"}))
 
 

@@ -56,7 +56,7 @@ def dependency_edges(h: HistoryFrames) -> DataFrame:
                                      F.first("value").alias("value"))
           .select("src", "dst", F.lit(WR).alias("kind"), *TP, F.col("value").alias("src_value"),
                   F.col("value").alias("dst_value")))
-    highest = (h.reads.where(F.col("f") == "txn").join(h.value_index.select(*TP, "value", "idx"), [*TP, "value"])
+    highest = (h.reads.where((F.col("f") == "txn") & F.col("idx").isNotNull())
                .groupBy("index", *TP).agg(F.max(F.struct("idx", "value")).alias("h")))
     following = h.by_index.select(*TP, (F.col("idx") - 1).alias("read_idx"), F.col("value").alias("next"))
     rw = (highest.join(following, (highest.topic == following.topic) & (highest.partition == following.partition)

@@ -3,7 +3,7 @@
 Names follow Jepsen's Kafka checker (research/jepsen.md section 2), partitioned by
 topic-partition instead of Jepsen's abstract key:
 
-- mops: completed send/poll/txn micro-operations that name a record
+- mops: completed send/poll/txn micro-operations that name a record, with idx
 - log: the version order's raw slots, (topic, partition, offset, value) from every poll
   (any completion type: pollers report offsets truthfully) and from the sends of ops
   that must have committed
@@ -31,19 +31,18 @@ class HistoryFrames:
         self.spark = spark
         raw = spark.read.parquet(parquet_path)
         completions = raw.where(F.col("type") != "invoke")
-        self.mops = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
-                                       & F.col("topic").isNotNull() & F.col("value").isNotNull())
-                     .select(*MOP_COLUMNS).persist())
+        recorded = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
+                                      & F.col("topic").isNotNull() & F.col("value").isNotNull())
+                    .select(*MOP_COLUMNS).persist())
         self.ops = (completions.where(F.col("f").isin(*CLIENT_FS) & (F.col("seq") == 0))
                     .select("index", "process", "type", "f", "time_ns", "invoke_time_ns").persist())
         assignments = completions.where(F.col("f").isin(*ASSIGNMENT_FS) & F.col("type").isin("ok", "info"))
         self.assignment_ops = assignments.where(F.col("seq") == 0).select("index", "process")
         self.assignment_rows = assignments.where(F.col("topic").isNotNull()).select("index", *TP)
-        self.sends = self.mops.where(F.col("mop_f") == "send")
-        self.reads = self.mops.where(F.col("mop_f") == "poll")
-        self.ok_read_values = self.reads.where(F.col("type") == "ok").select(*TP, "value").distinct()
-        self.committed_sends = self._committed_sends()
-        self.log = (self.reads.where(F.col("offset").isNotNull()).select(*TP, "offset", "value")
+        reads = recorded.where(F.col("mop_f") == "poll")
+        self.ok_read_values = reads.where(F.col("type") == "ok").select(*TP, "value").distinct()
+        self.committed_sends = self._committed_sends(recorded.where(F.col("mop_f") == "send"))
+        self.log = (reads.where(F.col("offset").isNotNull()).select(*TP, "offset", "value")
                     .unionByName(self.committed_sends.where(F.col("offset").isNotNull())
                                  .select(*TP, "offset", "value"))
                     .distinct().persist())
@@ -53,23 +52,24 @@ class HistoryFrames:
         self.value_index = self.version.groupBy(*TP, "value").agg(
             F.min("idx").alias("first_idx"), F.max("idx").alias("idx"),
             F.sort_array(F.collect_set("offset")).alias("offsets")).persist()
+        # every mop with its value's dense index (null when not in the log), joined once for all checks
+        self.mops = recorded.join(self.value_index.select(*TP, "value", "idx"), [*TP, "value"], "left").persist()
+        self._recorded = recorded
+        self.sends = self.mops.where(F.col("mop_f") == "send")
+        self.reads = self.mops.where(F.col("mop_f") == "poll")
         self.by_index = self.version.groupBy(*TP, "idx").agg(F.min("value").alias("value"),
                                                              F.min("offset").alias("offset"))
         self.writer_of = self.sends.groupBy(*TP, "value").agg(F.min("index").alias("writer"))
 
-    def _committed_sends(self) -> DataFrame:
+    def _committed_sends(self, sends: DataFrame) -> DataFrame:
         """Sends of ops that must have committed: ok, or info with a send some ok op read."""
-        info_sends = self.sends.where(F.col("type") == "info")
+        info_sends = sends.where(F.col("type") == "info")
         proven = info_sends.join(self.ok_read_values, [*TP, "value"], "left_semi").select("index").distinct()
-        return (self.sends.where(F.col("type") == "ok")
-                .unionByName(info_sends.join(proven, "index", "left_semi")))
+        return sends.where(F.col("type") == "ok").unionByName(info_sends.join(proven, "index", "left_semi"))
 
-    def with_delta(self, df: DataFrame, prev: str, cur: str) -> DataFrame:
-        """df with prev_idx, cur_idx and delta = cur_idx - prev_idx (1 when either is unknown)."""
-        index = self.value_index.select(*TP, "value", "idx")
-        df = (df.join(index.withColumnRenamed("value", prev).withColumnRenamed("idx", "prev_idx"),
-                      [*TP, prev], "left")
-              .join(index.withColumnRenamed("value", cur).withColumnRenamed("idx", "cur_idx"), [*TP, cur], "left"))
+    @staticmethod
+    def with_delta(df: DataFrame) -> DataFrame:
+        """df (with prev_idx and cur_idx) with delta = cur_idx - prev_idx, 1 when either is unknown."""
         return df.withColumn("delta", F.coalesce(F.col("cur_idx") - F.col("prev_idx"), F.lit(1)))
 
     def with_skipped(self, df: DataFrame) -> DataFrame:
@@ -84,5 +84,5 @@ class HistoryFrames:
         return df.join(between, [*TP, "prev_idx", "cur_idx"], "left")
 
     def unpersist(self) -> None:
-        for frame in (self.mops, self.ops, self.log, self.version, self.value_index):
+        for frame in (self.mops, self.ops, self.log, self.version, self.value_index, self._recorded):
             frame.unpersist()

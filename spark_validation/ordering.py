@@ -27,8 +27,9 @@ from spark_validation.options import RunOptions
 
 
 def _per_op(mops: DataFrame) -> DataFrame:
-    return mops.groupBy("index", "process", "type", *TP).agg(F.min_by("value", "seq").alias("first"),
-                                                            F.max_by("value", "seq").alias("last"))
+    return mops.groupBy("index", "process", "type", *TP).agg(
+        F.min_by("value", "seq").alias("first"), F.max_by("value", "seq").alias("last"),
+        F.min_by("idx", "seq").alias("cur_idx"), F.max_by("idx", "seq").alias("last_idx"))
 
 
 def _process_scan(h: HistoryFrames, per_op: DataFrame, moves: Column) -> DataFrame:
@@ -39,19 +40,21 @@ def _process_scan(h: HistoryFrames, per_op: DataFrame, moves: Column) -> DataFra
     resets = candidates.join(retained, (F.col("c.index") == F.col("a.index")) & (F.col("c.topic") == F.col("a.topic"))
                              & (F.col("a.partition").isNull() | (F.col("c.partition") == F.col("a.partition"))),
                              "left_anti")
-    position = F.struct(F.lit(False).alias("reset"), F.col("last").alias("value"), F.col("index").alias("op"))
-    events = (per_op.select("index", "process", *TP, "first", F.when(moves, position).alias("position"),
+    position = F.struct(F.lit(False).alias("reset"), F.col("last").alias("value"), F.col("last_idx").alias("idx"),
+                        F.col("index").alias("op"))
+    reset = F.struct(F.lit(True).alias("reset"), F.lit(None).cast("long").alias("value"),
+                     F.lit(None).cast("int").alias("idx"), F.col("index").alias("op"))
+    events = (per_op.select("index", "process", *TP, "first", "cur_idx", F.when(moves, position).alias("position"),
                             F.lit(True).alias("checked"))
               .unionByName(resets.select("index", "process", *TP, F.lit(None).cast("long").alias("first"),
-                                         F.struct(F.lit(True).alias("reset"), F.lit(None).cast("long").alias("value"),
-                                                  F.col("index").alias("op")).alias("position"),
+                                         F.lit(None).cast("int").alias("cur_idx"), reset.alias("position"),
                                          F.lit(False).alias("checked"))))
     before = Window.partitionBy("process", *TP).orderBy("index").rowsBetween(Window.unboundedPreceding, -1)
     scanned = (events.withColumn("prev", F.last("position", ignorenulls=True).over(before))
                .where(F.col("checked") & F.col("prev").isNotNull() & ~F.col("prev.reset"))
-               .select("index", "process", *TP, "first", F.col("prev.value").alias("prev_value"),
-                       F.col("prev.op").alias("prev_op")))
-    return h.with_delta(scanned, "prev_value", "first")
+               .select("index", "process", *TP, "first", "cur_idx", F.col("prev.value").alias("prev_value"),
+                       F.col("prev.idx").alias("prev_idx"), F.col("prev.op").alias("prev_op")))
+    return h.with_delta(scanned)
 
 
 def poll_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
@@ -100,9 +103,11 @@ def send_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
 
 def _internal_scan(h: HistoryFrames, mops: DataFrame) -> DataFrame:
     within = Window.partitionBy("index", *TP).orderBy("seq")
-    pairs = (mops.withColumn("prev_value", F.lag("value").over(within)).where(F.col("prev_value").isNotNull())
-             .select("index", "process", *TP, "prev_value", F.col("value").alias("cur_value")))
-    return h.with_delta(pairs, "prev_value", "cur_value").where(F.col("delta") != 1)
+    pairs = (mops.withColumn("prev_value", F.lag("value").over(within)).withColumn("prev_idx", F.lag("idx").over(within))
+             .where(F.col("prev_value").isNotNull())
+             .select("index", "process", *TP, "prev_value", "prev_idx", F.col("value").alias("cur_value"),
+                     F.col("idx").alias("cur_idx")))
+    return h.with_delta(pairs).where(F.col("delta") != 1)
 
 
 def internal_poll_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
