@@ -42,7 +42,7 @@ Columns (units in names; times are nanoseconds since the start of the run):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -108,7 +108,7 @@ class Op:
     mops: tuple[Send | Poll, ...] = ()
     assignment: tuple[tuple[str, int | None], ...] = ()
     rebalanced: frozenset[tuple[str, int]] = frozenset()
-    extra: dict | None = field(default=None, compare=True)
+    extra: dict | None = None
 
     def __post_init__(self) -> None:
         assert self.type in TYPES, self.type

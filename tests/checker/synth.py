@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import count
 
 from spec.history import Op, Poll, Record, Send
