@@ -137,7 +137,8 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     for r in rows:
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
-    verdict = _verdict(parquet_path, options, plan, table, seconds, time.monotonic() - started)
+    reported = [c for c in plan if c in checks]
+    verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
     return CheckResult(table, verdict)
 
 
