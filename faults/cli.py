@@ -35,12 +35,13 @@ def faults() -> None:
 @click.option("--idempotence/--no-idempotence", default=True, show_default=True)
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
+@click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
-        seed: int, out_dir: Path) -> None:
+        txn: bool, seed: int, out_dir: Path) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -55,7 +56,7 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     if unknown:
         raise click.UsageError(f"unknown nemesis {', '.join(sorted(unknown))}; choose from {', '.join(PACKAGES)}")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
-                               isolation_level=isolation_level, replication_factor=min(nodes, 3))
+                               isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
     options = RunOptions(target=target, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
                          interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.

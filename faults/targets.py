@@ -92,8 +92,9 @@ class ReferenceNode(BrokerProcess):
 class CommandNode:
     """A node started by a command line; up once its port accepts TCP connections."""
 
-    def __init__(self, command: list[str], address: tuple[str, int], bootstrap: str, log_path: str,
+    def __init__(self, node_id: int, command: list[str], address: tuple[str, int], bootstrap: str, log_path: str,
                  ready_timeout_s: float) -> None:
+        self.node_id = node_id
         self.command_line = command
         self.address = address
         self.bootstrap = bootstrap
@@ -228,9 +229,8 @@ class Target:
                     self.toxiproxy.remove_toxic(proxy_name(index), toxic["name"])
 
     def broker_index(self, broker_id: int) -> int:
-        """Node ids are node indexes in every target here."""
-        assert 0 <= broker_id < len(self.nodes), broker_id
-        return broker_id
+        """The index in self.nodes of the node with this node.id."""
+        return [node.node_id for node in self.nodes].index(broker_id)
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         """The node that leads topic-partition now, by asking the cluster (None if unknown)."""
@@ -303,19 +303,20 @@ def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | No
     """The kspec reference broker, one `kspec broker` process per node.
 
     More than one node makes a cluster: every node is broker and controller of a KRaft-style
-    quorum whose voters are all nodes (controller.quorum.voters, node id = node index)."""
+    quorum whose voters are all nodes (controller.quorum.voters; node ids 1..N, as
+    reference/process.py's ClusterProcess numbers them). One node is node 0."""
     spots = placements(nodes, mode, network, None)
     if toxiproxy is not None:
         create_proxies(toxiproxy, spots)
     cluster = {}
     if nodes > 1:
-        cluster = {"controller.quorum.voters": ",".join(f"{i}@{s.host}:{s.port}" for i, s in enumerate(spots)),
+        cluster = {"controller.quorum.voters": ",".join(f"{i + 1}@{s.host}:{s.port}" for i, s in enumerate(spots)),
                    "default.replication.factor": str(min(nodes, 3)), "min.insync.replicas": str(min(nodes, 2))}
     broker_nodes = []
     for index, spot in enumerate(spots):
         node_overrides = {"advertised.host.name": spot.advertised_host, **cluster, **(overrides or {})}
         broker_nodes.append(ReferenceNode(str(run_dir / f"node-{index}"), listen=f"{spot.host}:{spot.port}",
-                                          node_id=index, overrides=node_overrides,
+                                          node_id=index + 1 if cluster else 0, overrides=node_overrides,
                                           stderr_path=str(run_dir / f"node-{index}.log"), wrap=spot.wrap))
     return Target("reference", broker_nodes, mode, network, toxiproxy)
 
@@ -338,7 +339,7 @@ def toml_target(path: Path, run_dir: Path, mode: str, network: Network | None = 
                   "port": spot.port, "node_id": index, "run_dir": str(run_dir)}
         values["data_dir"] = spec.get("data_dir", "{run_dir}/node-{node_id}").format(**values)
         command = [word.format(**values) for word in spec["start"]]
-        command_nodes.append(CommandNode(spot.wrap(command), (spot.advertised_host, spot.port),
+        command_nodes.append(CommandNode(index, spot.wrap(command), (spot.advertised_host, spot.port),
                                          f"{spot.advertised_host}:{spot.port}", str(run_dir / f"node-{index}.log"),
                                          float(spec.get("ready_timeout_s", READY_TIMEOUT_S))))
     return Target(spec.get("name", path.stem), command_nodes, mode, network, toxiproxy)

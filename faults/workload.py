@@ -15,6 +15,8 @@ about rate_hz ops per second:
 - assign: with probability assign_p, a new random set of keys; kept keys keep their
   position, new ones start at the earliest offset (the workload never commits).
 - crash: with probability crash_p, the process drops its clients (a consumer crash).
+- txn (with txn set, in place of send and poll): 1..TXN_MOPS_MAX sends and polls in one
+  transaction, the polled offsets sent to it, then commit; see Client.txn.
 
 After the main phase, `final_reads` has a fresh process assign every key from the
 beginning and poll until it has read up to each partition's high watermark.
@@ -39,6 +41,7 @@ CLIENT_LOG_LEVEL = 4          # librdkafka syslog level: warnings and errors
 CLIENT_LOGGER = logging.getLogger("faults.clients")  # run.py sends it to the run's clients.log
 FINAL_POLL_TIMEOUT_S = 1.0
 LATE_START_S_MAX = 1.0        # a process this far behind its pace skips ahead instead of bursting
+TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
 
 
 def topic_partition(key: int) -> tuple[str, int]:
@@ -74,6 +77,7 @@ class WorkloadOptions:
     crash_p: float = 0.0
     send_timeout_s: float = 10.0
     poll_timeout_s: float = 0.02
+    txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
@@ -99,11 +103,16 @@ class Client:
         from confluent_kafka import Consumer, Producer
         self.process = process
         self.options = options
+        # A short transaction timeout, as Jepsen's: a transaction left open by a killed node or a
+        # dropped client is aborted soon, so read_committed consumers are not held back long.
+        transactional = {"transactional.id": f"kspec-faults-{process}",
+                         "transaction.timeout.ms": int(options.send_timeout_s * 1000)} if options.txn else {}
         self.producer = Producer({
             "bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
             "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
-            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER,
+            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **transactional,
         })
+        self.transactions_initialised = False
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": options.isolation_level,
@@ -111,9 +120,13 @@ class Client:
         })
 
     def close(self) -> None:
-        self.producer.purge()
-        self.producer.flush(0)
-        self.consumer.close()
+        """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""
+        from confluent_kafka import KafkaException
+        for step in (self.producer.purge, lambda: self.producer.flush(0), self.consumer.close):
+            try:
+                step()
+            except KafkaException:
+                continue
 
     def send(self, recorder: Recorder, records: list[Record]) -> str:
         from confluent_kafka import KafkaException
@@ -144,23 +157,109 @@ class Client:
         recorder.complete(invocation, kind, mops=acked, extra={"error": str(errors[0])})
         return kind
 
+    def txn(self, recorder: Recorder, plan: list[Record | None]) -> str:
+        """One transaction: each planned Record is sent, each None is a poll; then the polled
+        offsets go into the transaction (sendOffsetsToTransaction) and it commits.
+
+        ok = committed; fail = aborted (nothing of it is visible to read_committed);
+        info = the commit's outcome is unknown. After fail or info the consumer seeks
+        back to the first offset it polled of each partition, as Jepsen's client does."""
+        from confluent_kafka import KafkaException, TopicPartition
+        invocation = recorder.invoke(self.process, "txn", mops=[Poll() if r is None else Send(r) for r in plan])
+        mops: list[Send | Poll] = []
+        outcomes: dict[int, tuple] = {}
+
+        def on_delivery(index: int):
+            def callback(err, msg) -> None:
+                outcomes[index] = (err, None if err else msg.offset())
+            return callback
+
+        def completed_mops() -> list[Send | Poll]:
+            return [Send(Record(m.record.topic, m.record.partition, m.record.key, m.record.value,
+                                outcomes.get(i, (True, None))[1])) if isinstance(m, Send) else m
+                    for i, m in enumerate(mops)]
+
+        timeout_s = self.options.send_timeout_s
+        try:
+            if not self.transactions_initialised:
+                self.producer.init_transactions(timeout_s)
+                self.transactions_initialised = True
+            self.producer.begin_transaction()
+        except KafkaException as e:  # nothing was sent
+            recorder.complete(invocation, "fail", mops=invocation.mops, extra={"error": str(e)})
+            return "fail"
+        stage = "txn"
+        try:
+            for index, r in enumerate(plan):
+                if r is None:
+                    mops.append(self._consume()[0])
+                else:
+                    self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
+                                          partition=r.partition, on_delivery=on_delivery(len(mops)))
+                    mops.append(Send(r))
+            self.producer.flush(timeout_s)
+            failed = [o[0] for o in outcomes.values() if o[0] is not None]
+            if len(outcomes) < sum(isinstance(m, Send) for m in mops) or failed:
+                raise KafkaException(failed[0] if failed else "no delivery report")
+            next_offsets = {}
+            for m in mops:
+                for r in m.records if isinstance(m, Poll) else ():
+                    next_offsets[(r.topic, r.partition)] = max(next_offsets.get((r.topic, r.partition), 0), r.offset + 1)
+            if next_offsets:
+                self.producer.send_offsets_to_transaction(
+                    [TopicPartition(t, p, o) for (t, p), o in sorted(next_offsets.items())],
+                    self.consumer.consumer_group_metadata(), timeout_s)
+            stage = "commit"
+            self.producer.commit_transaction(timeout_s)
+        except KafkaException as e:
+            kind = self._abort(e, stage)
+            self._rewind(mops)
+            recorder.complete(invocation, kind, mops=completed_mops(), extra={"error": str(e), "stage": stage})
+            return kind
+        recorder.complete(invocation, "ok", mops=completed_mops())
+        return "ok"
+
+    def _abort(self, error, stage: str) -> str:
+        """fail if the transaction is known aborted, info if its outcome is unknown."""
+        from confluent_kafka import KafkaException
+        kafka_error = error.args[0] if error.args and hasattr(error.args[0], "txn_requires_abort") else None
+        if stage == "commit" and not (kafka_error and kafka_error.txn_requires_abort()):
+            return "info"  # the commit may have happened
+        try:
+            self.producer.abort_transaction(self.options.send_timeout_s)
+            return "fail"
+        except KafkaException:
+            return "info"
+
+    def _rewind(self, mops: list) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+        first = {}
+        for m in mops:
+            for r in m.records if isinstance(m, Poll) else ():
+                first.setdefault((r.topic, r.partition), r.offset)
+        for (topic, partition), offset in first.items():
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException:  # no longer assigned: nothing to rewind
+                pass
+
+    def _consume(self) -> tuple[Poll, list[str]]:
+        """One consumer.consume(): its records grouped by key (stable: offset order within a key
+        stays), and the errors it reported."""
+        messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
+        records = [Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()), m.offset())
+                   for m in messages if not m.error()]
+        records.sort(key=lambda r: key_of(r.topic, r.partition))
+        return Poll(tuple(records)), [str(m.error()) for m in messages if m.error()]
+
     def poll(self, recorder: Recorder) -> str:
         invocation = recorder.invoke(self.process, "poll", mops=(Poll(),))
         try:
-            messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
+            polled, errors = self._consume()
         except Exception as e:  # an indeterminate poll: the history says so
             recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
             return "info"
-        records, errors = [], []
-        for m in messages:
-            if m.error():
-                errors.append(str(m.error()))
-            else:
-                records.append(Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()),
-                                      m.offset()))
-        records.sort(key=lambda r: key_of(r.topic, r.partition))  # stable: offset order within a key stays
-        recorder.complete(invocation, "ok", mops=(Poll(tuple(records)),),
-                          extra={"error": errors[0]} if errors else None)
+        recorder.complete(invocation, "ok", mops=(polled,), extra={"error": errors[0]} if errors else None)
         return "ok"
 
     def assign(self, recorder: Recorder, keys: list[int], from_beginning: bool = False) -> str:
@@ -257,9 +356,14 @@ class Workload:
                     client.assign(self.recorder, self._random_keys(rng))
                 elif roll < options.crash_p + options.assign_p:
                     client.assign(self.recorder, self._random_keys(rng))
+                elif options.txn:
+                    plan = [self._next_record(rng) if rng.random() < 0.5 else None
+                            for _ in range(rng.randint(1, TXN_MOPS_MAX))]
+                    if client.txn(self.recorder, plan) != "ok":
+                        client = self._replace(client)
+                        client.assign(self.recorder, self._random_keys(rng))
                 elif rng.random() < 0.5:
-                    keys = [rng.randrange(options.key_count) for _ in range(rng.randint(1, options.sends_per_op_max))]
-                    records = [Record(*topic_partition(k), k, next(self.values[k])) for k in keys]
+                    records = [self._next_record(rng) for _ in range(rng.randint(1, options.sends_per_op_max))]
                     if client.send(self.recorder, records) == "info":
                         client = self._replace(client)
                         client.assign(self.recorder, self._random_keys(rng))
@@ -270,6 +374,10 @@ class Workload:
             self.failures.append(f"worker {worker}: {type(e).__name__}: {e} at {where.filename}:{where.lineno}")
         finally:
             client.close()
+
+    def _next_record(self, rng: random.Random) -> Record:
+        key = rng.randrange(self.options.key_count)
+        return Record(*topic_partition(key), key, next(self.values[key]))
 
     def _random_keys(self, rng: random.Random) -> list[int]:
         count = rng.randint(1, self.options.key_count)

@@ -118,3 +118,22 @@ def test_jepsen_edn_exported_by_kspec_imports_back_to_the_same_parquet_history(t
     edn = export_edn(ops_from_table(table), tmp_path / "history.edn")
     assert edn.read_text().count("\n") == len(set(table.column("index").to_pylist()))
     assert ops_table(read_edn_history(edn)).equals(table)
+
+
+@pytest.mark.timeout(120)
+def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_read_back(
+        namespaces_available, tmp_path):
+    out_dir = tmp_path / "faults-run"
+    workload = WorkloadOptions(concurrency=4, rate_hz=100, send_timeout_s=3.0, txn=True)
+    result = run(RunOptions(nodes=1, nemeses=("kill",), time_limit_s=10, interval_s=2, quiet_s=1,
+                            network="netns", seed=5, workload=workload), out_dir)
+    assert result.final_reads_complete and not result.workload_failures
+    ops = list(ops_from_table(read_history(out_dir / "history.parquet")))
+    txns = [op for op in ops if op.f == "txn" and op.type != "invoke"]
+    assert sum(op.type == "ok" for op in txns) > 50
+    written = {kind: {(m.record.key, m.record.value) for op in txns if op.type == kind for m in op.mops
+                      if isinstance(m, Send)} for kind in ("ok", "fail")}
+    read = {(r.key, r.value) for op in ops if op.type == "ok" for m in op.mops if isinstance(m, Poll)
+            for r in m.records}
+    assert written["ok"] <= read, "every committed send is read back"
+    assert not written["fail"] & read, "no aborted send is read by a read_committed consumer"
