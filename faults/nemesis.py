@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,9 +135,6 @@ class Schedule:
                 self.next_flip_s[package] = now_s + self._stagger()
         return flips
 
-    def next_due_s(self) -> float:
-        return min(self.next_flip_s.values())
-
     def heal_all(self) -> list[tuple[str, str]]:
         """Stop every active package: the final heal."""
         flips = [("stop", p) for p in sorted(self.active)]
@@ -149,7 +145,7 @@ class Schedule:
 # What each flip does.
 
 class Nemesis:
-    """Carries out flips on a target; records each one in the history and the timeline."""
+    """Carries out flips on a target (from one thread); records each in the history and the timeline."""
 
     def __init__(self, target: Target, recorder: Recorder, timeline_path: Path, rng: random.Random) -> None:
         self.target = target
@@ -159,25 +155,23 @@ class Nemesis:
         self.nodes = list(range(len(target.nodes)))
         self.killed: set[int] = set()
         self.paused: set[int] = set()
-        self.lock = threading.Lock()
         self.active: dict[str, dict] = {}  # package -> what its start did (for the progress line)
 
     def apply(self, action: str, package: str) -> dict:
         assert action in ("start", "stop") and package in PACKAGES
-        with self.lock:
-            invocation = self.recorder.invoke(NEMESIS_PROCESS, f"{action}-{package}")
-            try:
-                value = getattr(self, f"_{action}_{package.replace('-', '_')}")()
-            except Exception as e:  # a fault that could not be applied is recorded, not fatal
-                value = {"error": f"{type(e).__name__}: {e}"}
-            self.recorder.complete(invocation, "info", extra={"value": value})
-            if action == "start":
-                self.active[package] = value
-            else:
-                self.active.pop(package, None)
-            self.timeline.write(json.dumps({"time_ns": self.recorder.now_ns(), "action": action,
-                                            "package": package, "value": value}) + "\n")
-            return value
+        invocation = self.recorder.invoke(NEMESIS_PROCESS, f"{action}-{package}")
+        try:
+            value = getattr(self, f"_{action}_{package}")()
+        except Exception as e:  # a fault that could not be applied is recorded, not fatal
+            value = {"error": f"{type(e).__name__}: {e}"}
+        self.recorder.complete(invocation, "info", extra={"value": value})
+        if action == "start":
+            self.active[package] = value
+        else:
+            self.active.pop(package, None)
+        self.timeline.write(json.dumps({"time_ns": self.recorder.now_ns(), "action": action,
+                                        "package": package, "value": value}) + "\n")
+        return value
 
     def close(self) -> None:
         self.timeline.close()

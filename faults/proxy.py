@@ -51,7 +51,6 @@ TOXIC_ATTRIBUTES = {
 }
 STREAMS = ("upstream", "downstream")
 CHUNK_BYTES = 32 * 1024
-TIMEOUT_TOXIC_POLL_S = 0.01
 HTTP_TIMEOUT_S = 10.0
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from faults import net
 from faults.edn import export_edn
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
