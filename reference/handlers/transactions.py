@@ -50,15 +50,28 @@ class TxnNode:
             serve_aborted_to_read_committed=config.kspec_bug_serve_aborted_to_read_committed,
             late_produce_joins_next_transaction=config.kspec_bug_late_produce_joins_next_transaction)
         self.now_ms = now_ms  # the time of the request being handled, for producer-id blocks
-        self.coordinator = TransactionCoordinator(TransactionCoordinatorConfig(
+        self._coordinator: TransactionCoordinator | None = None
+        self._partitions: weakref.WeakKeyDictionary[Log, PartitionTransactions] = weakref.WeakKeyDictionary()
+        # (group id, producer id) -> offsets committed in the producer's open transaction
+        self.pending_offsets: dict[tuple[str, int], dict[tuple[str, int], OffsetAndMetadata]] = {}
+
+    @property
+    def coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator, loaded on first use: Produce and Fetch of plain
+        records need only the partitions' transaction state, not `__transaction_state`."""
+        if self._coordinator is None:
+            self._coordinator = self._load_coordinator(self.now_ms)
+        return self._coordinator
+
+    def _load_coordinator(self, now_ms: int) -> TransactionCoordinator:
+        """Create `__transaction_state` if needed, replay it, resume prepared transactions."""
+        broker, config = self.broker, self.broker.config
+        coordinator = TransactionCoordinator(TransactionCoordinatorConfig(
             transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
             transaction_max_timeout_ms=config.transaction_max_timeout_ms,
             transaction_abort_timed_out_transaction_cleanup_interval_ms=(
                 config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
         ), lambda: broker.allocate_producer_id(self.now_ms), now_ms)
-        self._partitions: weakref.WeakKeyDictionary[Log, PartitionTransactions] = weakref.WeakKeyDictionary()
-        # (group id, producer id) -> offsets committed in the producer's open transaction
-        self.pending_offsets: dict[tuple[str, int], dict[tuple[str, int], OffsetAndMetadata]] = {}
         if TRANSACTION_STATE_TOPIC not in broker.image.topics_by_name:
             broker.create_topic(TRANSACTION_STATE_TOPIC, config.transaction_state_log_num_partitions, 1,
                                 {"cleanup.policy": "compact", "segment.bytes": str(TRANSACTION_STATE_SEGMENT_BYTES)},
@@ -66,11 +79,13 @@ class TxnNode:
         topic = broker.topic(TRANSACTION_STATE_TOPIC)
         for index in range(topic.partition_count):
             partition = broker.partition(TopicPartition(TRANSACTION_STATE_TOPIC, index))
-            self.coordinator.coordinator_epochs[index] = partition.leader_epoch
+            coordinator.coordinator_epochs[index] = partition.leader_epoch
             for record in _records(partition.log):
-                self.coordinator.replay(record.key, record.value)
-        for markers in self.coordinator.pending_markers():
+                coordinator.replay(record.key, record.value)
+        self._coordinator = coordinator
+        for markers in coordinator.pending_markers():
             self.write_markers(markers, now_ms)
+        return coordinator
 
     # -- partitions ---------------------------------------------------------------------
 

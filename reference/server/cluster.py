@@ -31,7 +31,7 @@ from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
 from reference.server.purgatory import AcksPurgatory
-from reference.server.server import TICK_INTERVAL_MS, BrokerServer, now_ms
+from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
 
 log = logging.getLogger("kspec.cluster")
 
@@ -127,9 +127,7 @@ class ClusterServer(BrokerServer):
                     "want_shutdown": True}), 2.0)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
                 pass
-        for task in [*self._tasks, *self._fetchers.values()]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._fetchers.values(), return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._fetchers.values()])
         self.acks.wake_all()
         for connection in [*self._voter_connections.values(), *self._raft_connections.values()]:
             connection.close()

@@ -39,10 +39,21 @@ log = logging.getLogger("kspec.broker")
 
 READ_BYTES_MAX = 1 << 20  # bytes asked of the socket per read
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered
+CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+async def cancel_and_wait(tasks) -> None:
+    """Cancel tasks and wait for them to end, cancelling again any that swallowed it (in
+    Python 3.11 `asyncio.wait_for` can lose a cancellation that races its inner result)."""
+    pending = {task for task in tasks if task is not None}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
 
 
 class BrokerServer:
@@ -66,11 +77,8 @@ class BrokerServer:
         """Stop accepting, end open connections and long polls, then close the broker's logs."""
         assert self._server is not None and self._ticker is not None
         self._server.close()
-        self._ticker.cancel()
         self.purgatory.wake_all()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, self._ticker, return_exceptions=True)
+        await cancel_and_wait([*self._connections, self._ticker])
         self.broker.close()
 
     async def _tick_forever(self) -> None:
