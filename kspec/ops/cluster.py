@@ -8,6 +8,10 @@ request goes through kafka-python, and only when the broker advertises it in Api
 """
 from __future__ import annotations
 
+import shlex
+import signal
+import tempfile
+import threading
 import time
 
 import click
@@ -23,16 +27,50 @@ NO_TIMESTAMP = -1
 
 
 @click.group(cls=OpsGroup, invoke_without_command=True, epilog=EXIT_CODES_EPILOG)
+@click.option("--nodes", type=click.IntRange(1), help="Start a local reference cluster of this many nodes.")
+@click.option("--base-port", type=click.IntRange(1, 65535 - 64),
+              help="Node i listens on base-port + i - 1 (default: free ports).")
+@click.option("--data-dir", type=click.Path(file_okay=False), help="Nodes' data dirs go under it (default: a new temp dir).")
 @click.pass_context
-def cluster(ctx: click.Context) -> None:
-    """Inspect a cluster.
+def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_dir: str | None) -> None:
+    """Start a local reference cluster, or inspect a cluster.
+
+    With --nodes N: one `kspec broker` process per node on 127.0.0.1 in combined mode
+    (broker and controller), each with its own port and data dir. Once every partition has
+    a leader it prints one line with bootstrap=HOST:PORT,... and each node's pid and command
+    line (kill one with kill -9 PID, start it again with its command line); Ctrl-C stops all.
 
     \b
-    Example:
+    Examples:
+      kspec cluster --nodes 3 --base-port 9092
       kspec cluster status -b 127.0.0.1:9092
     """
-    if ctx.invoked_subcommand is None:
+    if ctx.invoked_subcommand is not None:
+        return
+    if nodes is None:
         click.echo(ctx.get_help())
+        return
+    run_local_cluster(nodes, base_port, data_dir or tempfile.mkdtemp(prefix="kspec-cluster-"))
+
+
+def run_local_cluster(nodes: int, base_port: int | None, data_dir: str) -> None:
+    from reference.process import BrokerNotReady, ClusterProcess
+    stopping = threading.Event()
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signal_number, lambda *_: stopping.set())
+    local_cluster = ClusterProcess(data_dir, nodes, base_port=base_port)
+    try:
+        local_cluster.start()
+    except BrokerNotReady as e:
+        local_cluster.stop()
+        raise OpsError(str(e)) from None
+    for node_id, node in local_cluster.nodes.items():
+        click.echo(f"node {node_id} pid={node.process.pid} {shlex.join(node.command())}")
+    click.echo(f"kspec cluster ready nodes={nodes} bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
+    while not stopping.wait(1.0):
+        pass
+    local_cluster.stop()
+    click.echo("kspec cluster stopped")
 
 
 @cluster.command(epilog=EXIT_CODES_EPILOG)
