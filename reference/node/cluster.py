@@ -105,6 +105,9 @@ class ClusterBroker(Broker):
                 if self.raft.role is RaftRole.LEADER and entry.epoch == self.raft.epoch:
                     self._active_epoch = self.raft.epoch
                     self._producer_id_next = self.image.next_producer_id  # never reuse a predecessor's ids
+                    # Heartbeats are not in the log: a new controller starts every broker's session
+                    # now, so a broker that died with the previous controller is fenced in time.
+                    self.controller.last_heartbeat_ms = dict.fromkeys(self.controller.brokers, now_ms)
                 continue
             self._apply(entry.record)
         if self.raft.role is not RaftRole.LEADER:
