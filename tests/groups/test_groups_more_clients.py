@@ -176,12 +176,12 @@ def test_kafkajs_and_kafka_python_share_a_group(broker):
     kafkajs_seen: list[tuple[int, int]] = []
     share = PARTITIONS // 2 * RECORDS_PER_PARTITION  # round robin over two members: half the partitions
     runner = threading.Thread(target=lambda: kafkajs_seen.extend(
-        (m.partition, m.offset) for m in kafkajs.consume_group(broker.bootstrap, topic, group, share, timeout_s=60)))
+        (m.partition, m.offset) for m in kafkajs.consume_group(broker.bootstrap, topic, group, share, timeout_s=120)))
     runner.start()
     try:
-        wait_until(lambda: len(partner.assignment) == PARTITIONS // 2, 30, "kafkajs takes its share")
+        wait_until(lambda: len(partner.assignment) == PARTITIONS // 2, 60, "kafkajs takes its share")
         produce(broker.bootstrap, topic, RECORDS_PER_PARTITION)
-        runner.join(60)  # kafkajs commits as it reads and leaves after its share
+        runner.join(120)  # kafkajs commits as it reads and leaves after its share
         assert kafkajs_seen, "kafkajs read its share"
         wait_until(lambda: partner.assignment == set(range(PARTITIONS)), 20, "kafka-python takes kafkajs' partitions",
                    lambda: f" (assignment {partner.assignment}, error {partner.error!r})")
