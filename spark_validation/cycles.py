@@ -129,7 +129,8 @@ def cycle_name(kinds: list[int]) -> str:
 
 def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
     """One cycle per strongly connected component and anomaly name."""
-    rt_src, rt_dst = realtime_edges(ops)
+    edges = edges.sort_by([("src", "ascending"), ("dst", "ascending"), ("kind", "ascending")])  # Spark's order varies
+    rt_src, rt_dst = realtime_edges(ops.sort_by("index"))
     src = np.concatenate([edges.column("src").to_numpy(), rt_src])
     dst = np.concatenate([edges.column("dst").to_numpy(), rt_dst])
     kind = np.concatenate([edges.column("kind").to_numpy().astype(np.int8), np.full(len(rt_src), RT, np.int8)])
