@@ -1,7 +1,7 @@
 """Helpers for the spec tests: replaying a scripted story through a model."""
 from __future__ import annotations
 
-from spec.model import Action, first_violation
+from spec.model import Action
 
 
 def play(model, actions: list[tuple]) -> list[tuple[Action, object]]:
@@ -24,5 +24,3 @@ def broken_guarantees(model, state) -> set[str]:
     """The ids of every invariant that does not hold in `state`."""
     return {i.guarantee_id for i in model.invariants if i.check(state) is not None}
 
-
-__all__ = ["play", "broken_guarantees", "first_violation"]
