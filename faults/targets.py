@@ -248,7 +248,7 @@ class Target:
     def _metadata(self, topic: str | None):
         from confluent_kafka.admin import AdminClient
         from confluent_kafka import KafkaException
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
         try:
             return admin.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException:
