@@ -11,7 +11,7 @@ import itertools
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from reference.process import ClusterProcess
@@ -64,11 +64,14 @@ def wait_until(condition, what: str, timeout_s: float = WAIT_S):
     raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
-def partition_state(cluster: ClusterProcess, topic: str, partition: int = 0):
-    """(leader, replicas, isr) as the cluster's metadata reports them, or None."""
+NO_ANSWER = (-1, [], [])
+
+
+def partition_state(cluster: ClusterProcess, topic: str, partition: int = 0) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, isr) as the cluster's metadata reports them; NO_ANSWER when no node answers."""
     metadata = cluster.metadata(topic)
     if metadata is None or topic not in metadata.topics or partition not in metadata.topics[topic].partitions:
-        return None
+        return NO_ANSWER
     p = metadata.topics[topic].partitions[partition]
     return p.leader, sorted(p.replicas), sorted(p.isrs)
 
@@ -89,17 +92,26 @@ def produce_acked(cluster: ClusterProcess, topic: str, values: list[bytes], part
     return acked
 
 
-def read_all(cluster: ClusterProcess, topic: str, partition: int = 0, idle_s: float = 2.0) -> list[tuple[int, bytes]]:
-    """Every record of the partition from offset 0 as (offset, value), until idle_s without one."""
+def read_all(cluster: ClusterProcess, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """Every record of the partition from offset 0 up to its high watermark, as (offset, value)."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "acceptance-reader",
                          "enable.auto.commit": False, "log_level": 0})
-    consumer.assign([TopicPartition(topic, partition, 0)])
+    assigned = TopicPartition(topic, partition, 0)
+    high_watermark = wait_until(lambda: _high_watermark(consumer, assigned), "the high watermark")
+    consumer.assign([assigned])
     records = []
-    last_record = time.monotonic()
-    while time.monotonic() - last_record < idle_s:
+    deadline = time.monotonic() + WAIT_S
+    while (not records or records[-1][0] < high_watermark - 1) and time.monotonic() < deadline:
         message = consumer.poll(0.2)
         if message is not None and message.error() is None:
             records.append((message.offset(), message.value()))
-            last_record = time.monotonic()
     consumer.close()
+    assert records and records[-1][0] == high_watermark - 1, f"read up to the high watermark {high_watermark}"
     return records
+
+
+def _high_watermark(consumer: Consumer, assigned: TopicPartition) -> int | None:
+    try:
+        return consumer.get_watermark_offsets(assigned, timeout=2)[1] or None
+    except KafkaException:
+        return None
