@@ -1,16 +1,30 @@
 """Single-node throughput: confluent-kafka against `kspec broker`, and librdkafka's mock cluster as a peer.
 
-Prints produce and consume rates for 1 KiB and 100-byte records (acks=1, linger.ms=5,
-batch.size 1 MB), the mock cluster's produce rate measured in the same run with the same
-producer (its consume drops old data, so produce only), kspec's figure as a ratio to it,
-and the broker's peak RSS (VmHWM) after serving a multi-GB log.
+Prints, for 1 KiB and 100-byte records (acks=1, linger.ms=5, batch.size 1 MB), the median
+(p50) of several repetitions, since a shared 2-core machine is noisy:
 
-    python benchmarks/bench_broker.py [--log-gb 2]
+- produce: a confluent-kafka Producer sending to kspec;
+- consume: a confluent-kafka Consumer reading it back with the lightest loop the client
+  allows (`consume()` in batches of 100k, one C call each, counting messages without
+  touching their values), so the figure is as little as possible the Python loop's;
+- fetch: a raw Fetch loop (kspec's own codec, one request in flight, records counted from
+  the batch headers, nothing decoded): what the broker can serve when the client costs
+  almost nothing. librdkafka parses every record, and on 2 cores it shares the CPU with
+  the broker, so consume and fetch differ by the client's cost;
+- mock produce: the same producer against librdkafka's mock cluster in the same run (its
+  consume drops old data, so produce only), and kspec's produce as a ratio to it.
+
+Then it writes a multi-GB log of 1 KiB records, reads it all back, and prints the broker's
+peak RSS (VmHWM) with its current anonymous and file-backed parts (RssAnon, RssFile).
+
+    python benchmarks/bench_broker.py [--mb 256] [--repeats 3] [--log-gb 2]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,8 +34,18 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conformance.mock_cluster import MockCluster
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.framing import FRAME_SIZE_BYTES
+from reference.protocol.messages import decode_response, encode_request
+from reference.protocol.primitives import INT32
+from reference.protocol.records import LENGTH_OFFSET, LOG_OVERHEAD, RECORDS_COUNT_OFFSET
 
 PARTITIONS = 4
+CONSUME_BATCH = 100_000  # messages asked of Consumer.consume per call
+FETCH_VERSION = 12  # the last Fetch version that names topics (v13+ use topic ids)
+FETCH_MAX_BYTES = 52_428_800  # the consumers' fetch.max.bytes
+PARTITION_FETCH_MAX_BYTES = 10_485_760  # and max.partition.fetch.bytes
+TIME_LIMIT_S = 600  # per produce, consume or fetch
 
 
 def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
@@ -54,62 +78,134 @@ def produce(bootstrap: str, topic: str, record_bytes: int, total_bytes: int) -> 
                 break
             except BufferError:
                 producer.poll(0.01)
-    producer.flush(300)
+    if producer.flush(TIME_LIMIT_S):
+        raise RuntimeError(f"{topic}: records still unsent after {TIME_LIMIT_S} s")
     return time.perf_counter() - started, count
 
 
 def consume(bootstrap: str, topic: str, count: int) -> float:
+    """Seconds for a confluent-kafka Consumer to read `count` records from the beginning."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760})
+                         "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_FETCH_MAX_BYTES})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     seen = 0
     started = time.perf_counter()
-    while seen < count and time.perf_counter() - started < 600:
-        seen += sum(1 for m in consumer.consume(100_000, timeout=1.0) if not m.error())
+    while seen < count and time.perf_counter() - started < TIME_LIMIT_S:
+        messages = consumer.consume(CONSUME_BATCH, timeout=1.0)
+        failed = [m.error() for m in messages if m.error()]
+        if failed:
+            raise RuntimeError(f"{topic}: consume failed: {failed[0]}")
+        seen += len(messages)
     elapsed = time.perf_counter() - started
     consumer.close()
+    if seen < count:
+        raise RuntimeError(f"{topic}: consumed {seen} of {count} records in {TIME_LIMIT_S} s")
     return elapsed
 
 
-def peak_rss_mb(pid: int) -> float:
+def fetch(bootstrap: str, topic: str, count: int) -> float:
+    """Seconds for a raw Fetch loop to read `count` records from offset 0 of every partition."""
+    host, port = bootstrap.rsplit(":", 1)
+    offsets = dict.fromkeys(range(PARTITIONS), 0)
+    seen = 0
+    with socket.create_connection((host, int(port))) as connection:
+        started = time.perf_counter()
+        for correlation_id in range(1, 1 << 31):
+            if seen >= count or time.perf_counter() - started > TIME_LIMIT_S:
+                break
+            request = {"replica_id": -1, "max_wait_ms": 500, "min_bytes": 1, "max_bytes": FETCH_MAX_BYTES,
+                       "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+                       "topics": [{"topic": topic, "partitions": [
+                           {"partition": p, "fetch_offset": offset, "partition_max_bytes": PARTITION_FETCH_MAX_BYTES}
+                           for p, offset in offsets.items()]}]}
+            connection.sendall(encode_request(ApiKey.FETCH, FETCH_VERSION, correlation_id, "bench", request))
+            _, response = decode_response(ApiKey.FETCH, FETCH_VERSION, _read_frame(connection))
+            for partition in response.responses[0].partitions:
+                if partition.error_code:
+                    raise RuntimeError(f"{topic}-{partition.partition_index}: fetch error {partition.error_code}")
+                records, position = partition.records, 0
+                while position < len(records):  # whole batches: count from the headers, decode nothing
+                    seen += INT32.unpack_from(records, position + RECORDS_COUNT_OFFSET)[0]
+                    offsets[partition.partition_index] = _next_offset(records, position)
+                    position += LOG_OVERHEAD + INT32.unpack_from(records, position + LENGTH_OFFSET)[0]
+        elapsed = time.perf_counter() - started
+    if seen < count:
+        raise RuntimeError(f"{topic}: fetched {seen} of {count} records in {TIME_LIMIT_S} s")
+    return elapsed
+
+
+def _next_offset(records: memoryview, position: int) -> int:
+    base_offset = int.from_bytes(records[position:position + 8], "big")
+    last_offset_delta = int.from_bytes(records[position + 23:position + 27], "big")
+    return base_offset + last_offset_delta + 1
+
+
+def _read_frame(connection: socket.socket) -> memoryview:
+    (size,) = INT32.unpack(_read_exactly(connection, FRAME_SIZE_BYTES))
+    return _read_exactly(connection, size)
+
+
+def _read_exactly(connection: socket.socket, size: int) -> memoryview:
+    buffer = memoryview(bytearray(size))
+    received = 0
+    while received < size:
+        n = connection.recv_into(buffer[received:])
+        if n == 0:
+            raise ConnectionError("broker closed the connection")
+        received += n
+    return buffer
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """VmHWM (peak), RssAnon and RssFile of a process, in MB."""
+    figures = {}
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+            name = line.split(":", 1)[0]
+            if name in ("VmHWM", "RssAnon", "RssFile"):
+                figures[name] = int(line.split()[1]) / 1024
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=256, help="MB of 1 KiB records per repetition (100 B: a quarter)")
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions; the median is reported")
     parser.add_argument("--log-gb", type=float, default=2.0, help="size of the log served for the RSS figure")
-    parser.add_argument("--mb", type=int, default=512, help="MB produced per throughput figure")
     args = parser.parse_args()
-    total = args.mb * 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="kspec-bench-") as data_dir:
         broker, bootstrap = start_broker(data_dir)
         try:
             with MockCluster(1) as mock:
                 for record_bytes in (1024, 100):
-                    size = total if record_bytes == 1024 else total // 4
-                    topic = f"bench-{record_bytes}"
-                    create_topic(bootstrap, topic)
-                    seconds, count = produce(bootstrap, topic, record_bytes, size)
-                    consume_s = consume(bootstrap, topic, count)
-                    mock_s, _ = produce(mock.bootstrap, topic, record_bytes, size)
-                    mb = count * record_bytes / 1e6
-                    print(f"{record_bytes:5d} B records x {count}: kspec produce {mb / seconds:7.1f} MB/s "
-                          f"{count / seconds:9.0f} rec/s | consume {mb / consume_s:7.1f} MB/s "
-                          f"{count / consume_s:9.0f} rec/s | mock produce {mb / mock_s:7.1f} MB/s | "
-                          f"kspec/mock produce ratio {mock_s / seconds:.2f}", flush=True)
+                    size = args.mb * 1024 * 1024 // (1 if record_bytes == 1024 else 4)
+                    runs = {"produce": [], "consume": [], "fetch": [], "mock produce": []}
+                    for repeat in range(args.repeats):
+                        topic = f"bench-{record_bytes}-{repeat}"
+                        create_topic(bootstrap, topic)
+                        seconds, count = produce(bootstrap, topic, record_bytes, size)
+                        runs["produce"].append(seconds)
+                        runs["consume"].append(consume(bootstrap, topic, count))
+                        runs["fetch"].append(fetch(bootstrap, topic, count))
+                        runs["mock produce"].append(produce(mock.bootstrap, topic, record_bytes, size)[0])
+                    p50 = {name: statistics.median(seconds) for name, seconds in runs.items()}
+                    figures = " | ".join(f"{name} {count * record_bytes / 1e6 / s:6.1f} MB/s {count / s:8.0f} rec/s"
+                                         for name, s in p50.items())
+                    print(f"{record_bytes:5d} B records x {count}, p50 of {args.repeats}: {figures} | "
+                          f"kspec/mock produce ratio {p50['mock produce'] / p50['produce']:.2f}", flush=True)
             served = 0
             topic = "bench-rss"
             create_topic(bootstrap, topic)
             while served < args.log_gb * 1e9:
                 _, count = produce(bootstrap, topic, 1024, 256 * 1024 * 1024)
                 served += count * 1024
+            after_produce = rss_mb(broker.pid)
             consume(bootstrap, topic, int(served // 1024))
-            print(f"peak broker RSS after writing and serving a {served / 1e9:.1f} GB log: "
-                  f"{peak_rss_mb(broker.pid):.0f} MB", flush=True)
+            after_consume = rss_mb(broker.pid)
+            print(f"broker RSS after writing a {served / 1e9:.1f} GB log: peak {after_produce['VmHWM']:.0f} MB "
+                  f"(anon {after_produce['RssAnon']:.0f}, file {after_produce['RssFile']:.0f}); after reading it "
+                  f"back: peak {after_consume['VmHWM']:.0f} MB (anon {after_consume['RssAnon']:.0f}, "
+                  f"file {after_consume['RssFile']:.0f})", flush=True)
         finally:
             broker.terminate()
             broker.wait(30)

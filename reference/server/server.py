@@ -2,12 +2,17 @@
 
 Per connection, requests are read with a FrameDecoder (socket.request.max.bytes) and
 handled one at a time, in order, each response written before the next request is read,
-as Kafka mutes a channel while a request is in flight. Input the broker cannot answer
-(a frame over the limit, an unknown API key, an unsupported version, a header or body
-that does not decode) closes that connection only, with one log line saying who and what;
-nothing is written to any log. ApiVersions of an unsupported version gets the KIP-511 v0
-reply instead. A timer calls `Broker.tick` with the time, for flush.ms and retention, and
-the group and transaction coordinators' timers.
+as Kafka mutes a channel while a request is in flight. Connections are plain non-blocking
+sockets driven by the event loop's sock_* calls rather than asyncio streams: bytes are
+received straight into the decoder's buffers and responses are sent from the encoder's
+chunks, so a 1 MB batch is not copied on its way in or out (streams copy into and out of
+their own buffers, and Python 3.11's writelines joins the chunks).
+
+Input the broker cannot answer (a frame over the limit, an unknown API key, an unsupported
+version, a header or body that does not decode) closes that connection only, with one log
+line saying who and what; nothing is written to any log. ApiVersions of an unsupported
+version gets the KIP-511 v0 reply instead. A timer calls `Broker.tick` with the time, for
+flush.ms and retention, and the group and transaction coordinators' timers.
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
+import socket
 import time
 
 from reference.handlers import HANDLERS
@@ -37,7 +43,7 @@ from reference.server.purgatory import FetchPurgatory
 
 log = logging.getLogger("kspec.broker")
 
-READ_BYTES_MAX = 1 << 20  # bytes asked of the socket per read
+LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
 
@@ -60,23 +66,30 @@ class BrokerServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.purgatory = FetchPurgatory()
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._serving = False
+        self._acceptor: asyncio.Task | None = None
         self._connections: set[asyncio.Task] = set()
         self._ticker: asyncio.Task | None = None
 
     async def start(self) -> tuple[str, int]:
         """Listen, and return the (host, port) bound (port 0 in the config picks a free one)."""
         config = self.broker.config
-        self._server = await asyncio.start_server(self._on_connection, config.listen_host, config.listen_port)
-        host, port = self._server.sockets[0].getsockname()[:2]
+        self._listener = socket.create_server((config.listen_host, config.listen_port), backlog=LISTEN_BACKLOG)
+        self._listener.setblocking(False)
+        host, port = self._listener.getsockname()[:2]
         self.broker.config = dataclasses.replace(config, listen_port=port)
+        self._serving = True
+        self._acceptor = asyncio.create_task(self._accept_forever())
         self._ticker = asyncio.create_task(self._tick_forever())
         return host, port
 
     async def stop(self) -> None:
         """Stop accepting, end open connections and long polls, then close the broker's logs."""
-        assert self._server is not None and self._ticker is not None
-        self._server.close()
+        assert self._listener is not None and self._acceptor is not None and self._ticker is not None
+        self._serving = False
+        await cancel_and_wait([self._acceptor])
+        self._listener.close()
         self.purgatory.wake_all()
         await cancel_and_wait([*self._connections, self._ticker])
         self.broker.close()
@@ -88,19 +101,25 @@ class BrokerServer:
             tick_groups(self.broker, now_ms())
             tick_transactions(self.broker, now_ms())
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        peer = "%s:%s" % writer.get_extra_info("peername")[:2]
+    async def _accept_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            connection, _ = await loop.sock_accept(self._listener)
+            task = asyncio.create_task(self._serve(connection))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, connection: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
+        peer = "?"
         try:
-            while data := await reader.read(READ_BYTES_MAX):
-                for frame in decoder.feed(data):
-                    chunks = await self._handle(frame)
-                    if chunks is not None:
-                        writer.writelines(chunks)
-                        await writer.drain()
+            peer = "%s:%s" % connection.getpeername()[:2]
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
+            while received := await loop.sock_recv_into(connection, decoder.get_buffer()):
+                for frame in decoder.buffer_updated(received):
+                    for chunk in await self._handle(frame) or ():
+                        await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
         except (ConnectionError, asyncio.CancelledError):
@@ -108,8 +127,7 @@ class BrokerServer:
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            self._connections.discard(task)
-            writer.close()
+            connection.close()
 
     async def _handle(self, frame) -> list | None:
         """One request frame -> the response frame's chunks, or None when none is sent."""
@@ -138,7 +156,7 @@ class BrokerServer:
         """Answer at once when min_bytes is met (or on an error), else wait for appends up to max_wait_ms."""
         deadline_ms = context.now_ms + request.max_wait_ms
         result = read_fetch(self.broker, request, context)
-        while not result.complete and (remaining_ms := deadline_ms - now_ms()) > 0 and self._server.is_serving():
+        while not result.complete and (remaining_ms := deadline_ms - now_ms()) > 0 and self._serving:
             await self.purgatory.wait(result.watched, remaining_ms / 1000)
             result = read_fetch(self.broker, request, dataclasses.replace(context, now_ms=now_ms()))
         return result.response
