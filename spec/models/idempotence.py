@@ -37,6 +37,14 @@ class IdempotenceConfig:
     deduplicate: bool = True
 
 
+def may_send(state: IdempotenceState, max_in_flight_requests: int) -> bool:
+    """The window counts from the oldest unacknowledged batch: responses come back in order on
+    one connection, so the producer never has a batch more than max.in.flight.requests ahead
+    of one still unanswered (the broker keeps that many batches per producer for dedup)."""
+    oldest = min(state.in_flight, default=state.next_sequence)
+    return state.next_sequence < oldest + max_in_flight_requests
+
+
 def send(state: IdempotenceState) -> IdempotenceState:
     return state._replace(next_sequence=state.next_sequence + 1, in_flight=state.in_flight | {state.next_sequence})
 
@@ -88,7 +96,7 @@ class IdempotenceModel:
         return [IdempotenceState(0, frozenset(), 0, (), NO_SEQUENCE)]
 
     def successors(self, state: IdempotenceState) -> Iterator[tuple[Action, IdempotenceState]]:
-        if state.next_sequence < self.config.records and len(state.in_flight) < self.config.max_in_flight_requests:
+        if state.next_sequence < self.config.records and may_send(state, self.config.max_in_flight_requests):
             yield ("Send", state.next_sequence), send(state)
         for sequence in sorted(state.in_flight):
             if sequence <= state.delivered:  # the first delivery keeps send order

@@ -6,6 +6,11 @@ batch's sequence. After each step the sequences the Log holds must be exactly th
 log; a delivery the model appends must be appended at the log end, one it treats as a
 duplicate must be answered with the original offset, and a gap must be refused with
 OUT_OF_ORDER_SEQUENCE_NUMBER. IDM-1 and ORD-2 must hold throughout, across restarts.
+
+The long profile of this machine once found the model too permissive: it let the producer
+send a sixth batch while the first was unanswered, which the broker (like Kafka, keeping
+five batches per producer) cannot recognise as a duplicate; the model's send window now
+counts from the oldest unanswered batch (test_a_retry_beyond_five_batches_is_not_recognised).
 """
 from __future__ import annotations
 
@@ -52,7 +57,7 @@ class ProducerStateRefinement(RuleBasedStateMachine):
         shutil.rmtree(self.dir_path, ignore_errors=True)
 
     @precondition(lambda self: self.state.next_sequence < BATCHES_MAX
-                  and len(self.state.in_flight) < model.MAX_IN_FLIGHT_REQUESTS)
+                  and model.may_send(self.state, model.MAX_IN_FLIGHT_REQUESTS))
     @rule()
     def send(self) -> None:
         self.state = model.send(self.state)
@@ -110,3 +115,23 @@ ProducerStateRefinement.TestCase.settings = settings(
     max_examples=300 if LONG else 30, stateful_step_count=80 if LONG else 40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestProducerStateRefinement = ProducerStateRefinement.TestCase
+
+
+def test_a_retry_beyond_five_batches_is_not_recognised(tmp_path):
+    """The broker dedups against the last five batches only, so the producer must never be
+    more than five batches ahead of an unanswered one: the model's window."""
+    log = Log(str(tmp_path / "topic-0"), CONFIG, now_ms=0)
+    try:
+        for sequence in range(6):
+            log.append_as_leader(batch_for(sequence), leader_epoch=0, now_ms=0)
+        try:
+            log.append_as_leader(batch_for(0), leader_epoch=0, now_ms=0)
+        except KafkaError as error:
+            assert error.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        else:
+            raise AssertionError("a retry six batches back was taken for a new or duplicate batch")
+        state = model.IdempotenceState(6, frozenset({0}), 6, tuple(range(6)), 5)
+        assert not model.may_send(state, model.MAX_IN_FLIGHT_REQUESTS)
+    finally:
+        for segment in log.segments:
+            segment.close()
