@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from faults import net
 from faults.edn import export_edn
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
@@ -136,3 +137,20 @@ def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_r
             for r in m.records}
     assert written["ok"] <= read, "every committed send is read back"
     assert not written["fail"] & read, "no aborted send is read by a read_committed consumer"
+
+
+@pytest.mark.timeout(180)
+def test_a_three_node_cluster_run_with_partitions_leader_kills_and_pauses_heals_and_leaves_nothing(
+        namespaces_available, tmp_path):
+    out_dir = tmp_path / "faults-run"
+    workload = WorkloadOptions(concurrency=8, rate_hz=200, send_timeout_s=5.0, replication_factor=3)
+    result = run(RunOptions(nodes=3, nemeses=("partition", "kill", "pause"), time_limit_s=25, interval_s=4,
+                            quiet_s=2, network="netns", seed=11, workload=workload), out_dir)
+    assert result.mode == "netns" and result.final_reads_complete and not result.workload_failures
+    timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
+    assert {f["package"] for f in timeline if f["action"] == "start"} >= {"partition", "kill"}
+    assert all("error" not in f["value"] for f in timeline), timeline
+    acked, missing = acked_values_read_back(out_dir)
+    assert acked > 100 and missing == set()
+    assert all((out_dir / f"node-{i}.log").exists() for i in range(3))
+    assert net.leftovers(f"ksf{os.getpid() % 100000}") == [] and kspec_processes() == set()
