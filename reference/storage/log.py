@@ -198,9 +198,10 @@ class Log:
 
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches fetched from the partition leader as they are: the leader's offsets
-        and partition leader epochs are kept. Each batch must start at the log end offset and
-        carry a valid CRC (KafkaError CORRUPT_MESSAGE otherwise); nothing is deduplicated,
-        since the leader already decided what the log holds."""
+        and partition leader epochs are kept. Offsets must only increase, from the log end
+        offset on, and every CRC must be valid (KafkaError CORRUPT_MESSAGE otherwise); gaps are
+        fine, since a compacted leader keeps its records' original offsets. Nothing is
+        deduplicated: the leader already decided what the log holds."""
         batches = list(iter_batches(records))
         if sum(batch.size_bytes for batch in batches) != len(records):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched records do not form whole batches")
@@ -208,9 +209,9 @@ class Log:
         for batch in batches:  # all checked before any is appended
             if not isinstance(batch, RecordBatch) or not batch.crc_is_valid():
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a fetched batch is not a v2 batch with a valid CRC")
-            if batch.base_offset != next_offset:
+            if batch.base_offset < next_offset:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"fetched batch starts at {batch.base_offset}, "
-                                 f"not at offset {next_offset}")
+                                 f"below offset {next_offset}")
             next_offset = batch.next_offset
         for batch in batches:
             self._maybe_roll(batch, now_ms)

@@ -1,4 +1,5 @@
-"""Log.append_as_follower keeps the leader's offsets and epochs and refuses gaps and bad CRCs."""
+"""Log.append_as_follower keeps the leader's offsets and epochs, accepts gaps (compaction), refuses
+overlaps and bad CRCs."""
 from __future__ import annotations
 
 import pytest
@@ -34,17 +35,20 @@ def test_follower_append_survives_reopen(tmp_path):
     assert reopened.log_end_offset == 2
 
 
-def test_follower_refuses_a_gap_and_a_corrupt_batch(tmp_path):
+def test_follower_accepts_a_gap_refuses_an_overlap_and_a_corrupt_batch(tmp_path):
     leader = Log(str(tmp_path / "leader"), LogConfig(), now_ms=0)
     leader.append_as_leader(_batch(b"a"), 1, now_ms=0)
     leader.append_as_leader(_batch(b"b"), 1, now_ms=0)
-    second = leader.read(1, 1 << 20).records
-    follower = Log(str(tmp_path / "follower"), LogConfig(), now_ms=0)
-    with pytest.raises(KafkaError) as gap:
-        follower.append_as_follower(second, now_ms=0)
-    assert gap.value.code == ErrorCode.CORRUPT_MESSAGE
-    corrupt = bytearray(leader.read(0, 1 << 20).records)
+    first, second = leader.read(0, 1 << 20).records, leader.read(1, 1 << 20).records
+    corrupt = bytearray(first)
     corrupt[-1] ^= 0xFF
+    follower = Log(str(tmp_path / "follower"), LogConfig(), now_ms=0)
     with pytest.raises(KafkaError):
         follower.append_as_follower(bytes(corrupt), now_ms=0)
     assert follower.log_end_offset == 0
+    follower.append_as_follower(second, now_ms=0)  # offset 0 compacted away on the leader: a gap is fine
+    assert follower.log_end_offset == 2 and follower.read(0, 1 << 20).records == second
+    with pytest.raises(KafkaError) as overlap:
+        follower.append_as_follower(first, now_ms=0)
+    assert overlap.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert follower.log_end_offset == 2
