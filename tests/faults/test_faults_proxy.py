@@ -35,6 +35,10 @@ def echo_port():
     server.close()
 
 
+# An untoxic round trip on loopback takes well under a millisecond; the bound leaves room for a loaded
+# machine while staying below the 300 ms latency toxic the tests add, so the two stay distinguishable.
+FAST_ROUND_TRIP_S_MAX = 0.25
+
 def _echo(conn: socket.socket) -> None:
     with conn:
         try:
@@ -81,12 +85,12 @@ def test_api_lists_creates_and_deletes_proxies_with_toxiproxy_status_codes(toxip
 def test_latency_toxic_delays_each_chunk_and_removing_it_restores_speed(toxiproxy):
     client, port = toxiproxy
     with socket.create_connection((LISTEN_HOST, port), timeout=5) as sock:
-        assert round_trip_s(sock) < 0.1
+        assert round_trip_s(sock) < FAST_ROUND_TRIP_S_MAX
         toxic = client.add_toxic("echo", "latency", attributes={"latency": 300, "jitter": 20})
         assert toxic["name"] == "latency_downstream" and toxic["attributes"]["latency"] == 300
         assert 0.28 <= round_trip_s(sock) < 1.0, "an open connection gets the new toxic"
         client.remove_toxic("echo", "latency_downstream")
-        assert round_trip_s(sock) < 0.1
+        assert round_trip_s(sock) < FAST_ROUND_TRIP_S_MAX
 
 
 def test_reset_peer_toxic_resets_the_connection(toxiproxy):
@@ -98,7 +102,7 @@ def test_reset_peer_toxic_resets_the_connection(toxiproxy):
             sock.recv(10)
     client.reset()
     with socket.create_connection((LISTEN_HOST, port), timeout=5) as sock:
-        assert round_trip_s(sock) < 0.1
+        assert round_trip_s(sock) < FAST_ROUND_TRIP_S_MAX
 
 
 def test_timeout_toxic_with_zero_timeout_is_a_black_hole(toxiproxy):
@@ -117,7 +121,7 @@ def test_disabled_proxy_refuses_connections_until_reset(toxiproxy):
         socket.create_connection((LISTEN_HOST, port), timeout=1)
     client.reset()
     with socket.create_connection((LISTEN_HOST, port), timeout=5) as sock:
-        assert round_trip_s(sock) < 0.1
+        assert round_trip_s(sock) < FAST_ROUND_TRIP_S_MAX
 
 
 def test_slicer_and_bandwidth_deliver_every_byte_slower(toxiproxy):
