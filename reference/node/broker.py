@@ -259,7 +259,7 @@ class Broker:
         if now_ms - self._last_retention_check_ms >= self.config.log_retention_check_interval_ms:
             self._last_retention_check_ms = now_ms
             for partition in self.partitions.values():
-                partition.log.enforce_retention(now_ms)
+                partition.log.enforce_retention(now_ms, high_watermark=partition.high_watermark)
         if self.config.log_cleaner_enable and now_ms - self._last_cleaner_run_ms >= self.config.log_cleaner_backoff_ms:
             self._last_cleaner_run_ms = now_ms
             for partition in self.partitions.values():

@@ -354,7 +354,7 @@ class ClusterBroker(Broker):
             self._last_retention_check_ms = now_ms
             for replica in self.partitions.values():
                 if replica.role is Role.LEADER:
-                    replica.log.enforce_retention(now_ms)
+                    replica.log.enforce_retention(now_ms, high_watermark=replica.high_watermark)
         if now_ms - self._last_checkpoint_ms >= self.config.replica_high_watermark_checkpoint_interval_ms:
             self._last_checkpoint_ms = now_ms
             self._write_hw_checkpoint()

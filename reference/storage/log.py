@@ -333,12 +333,19 @@ class Log:
             self._delete_segments(sum(1 for later in self.segments[1:] if later.base_offset <= offset))
         return self._log_start_offset
 
-    def enforce_retention(self, now_ms: int) -> int:
+    def enforce_retention(self, now_ms: int, *, high_watermark: int) -> int:
         """Delete the oldest segments past retention.ms (by their largest timestamp) or over
-        retention.bytes, never the active one. Returns the number of segments deleted."""
+        retention.bytes, never the active one and never one holding an offset at or above the
+        high watermark: what no consumer could read yet is not retention's to remove (RET-1).
+        Returns the number of segments deleted."""
         if "delete" not in self.config.cleanup_policy:
             return 0
         inactive = self.segments[:-1]
+        # A segment is eligible only when everything in it is committed: its successor starts at or below the HW.
+        committed = 0
+        while committed < len(inactive) and self.segments[committed + 1].base_offset <= high_watermark:
+            committed += 1
+        inactive = inactive[:committed]
         count = 0
         if self.config.retention_ms >= 0:
             while count < len(inactive) and now_ms - inactive[count].max_timestamp > self.config.retention_ms:

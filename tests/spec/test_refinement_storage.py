@@ -110,16 +110,11 @@ class StorageRefinement(RuleBasedStateMachine):
         self.batch_bases = [b for b in self.batch_bases if b < offset]
         self.step(model.truncate_to(self.state, offset))
 
-    @precondition(lambda self: self.state.high_watermark == self.state.log_end_offset)
     @rule()
     def enforce_retention(self) -> None:
-        """Retention may only delete what the model's DeleteRecords could: below the HW.
-
-        Log.enforce_retention does not know the high watermark yet (see
-        test_retention_never_deletes_above_the_high_watermark), so the machine only runs it
-        when everything is committed."""
+        """Retention may only delete what the model's DeleteRecords could: below the HW."""
         self.now_ms += 1
-        self.log.enforce_retention(self.now_ms)
+        self.log.enforce_retention(self.now_ms, high_watermark=self.state.high_watermark)
         start = self.log.log_start_offset
         if start > self.state.log_start_offset:
             assert start <= self.state.high_watermark, (
@@ -172,8 +167,6 @@ StorageRefinement.TestCase.settings = settings(
 TestStorageRefinement = StorageRefinement.TestCase
 
 
-@pytest.mark.xfail(strict=True, reason="Log.enforce_retention takes no high watermark; Kafka deletes a "
-                                       "segment only when its next offset is at or below the high watermark")
 def test_retention_never_deletes_above_the_high_watermark(tmp_path):
     """Found by StorageRefinement (long profile): with nothing committed yet (high watermark
     0), size retention deleted whole segments, moving the log start to 5 and destroying
@@ -184,7 +177,7 @@ def test_retention_never_deletes_above_the_high_watermark(tmp_path):
         log.append_as_leader(encode_batch(range(value, value + 1), value), leader_epoch=0, now_ms=value)
     high_watermark = 0
     try:
-        log.enforce_retention(now_ms=100)
+        log.enforce_retention(now_ms=100, high_watermark=high_watermark)
         assert log.log_start_offset <= high_watermark, f"log start {log.log_start_offset} above the high watermark"
     finally:
         for segment in log.segments:

@@ -130,14 +130,14 @@ def test_retention_by_time_deletes_old_segments_but_never_the_active_one(open_lo
     for i in range(100):
         log.append_as_leader(make_batch(2, timestamp_ms=i * 100), leader_epoch=0, now_ms=i * 100)
     segments_before = len(log.segments)
-    assert log.enforce_retention(now_ms=0) == 0
-    deleted = log.enforce_retention(now_ms=5_000)
+    assert log.enforce_retention(now_ms=0, high_watermark=log.log_end_offset) == 0
+    deleted = log.enforce_retention(now_ms=5_000, high_watermark=log.log_end_offset)
     assert 0 < deleted < segments_before
     assert all(5_000 - s.max_timestamp <= 1_000 for s in log.segments[:-1])
     assert log.log_start_offset == log.segments[0].base_offset
     assert [r.offset for r in read_all(log)] == list(range(log.log_start_offset, log.log_end_offset))
     remaining = len(log.segments)
-    assert log.enforce_retention(now_ms=10**9) == remaining - 1
+    assert log.enforce_retention(now_ms=10**9, high_watermark=log.log_end_offset) == remaining - 1
     assert len(log.segments) == 1 and log.log_end_offset == 200
     info = log.append_as_leader(make_batch(1), leader_epoch=0, now_ms=10**9)
     assert info.first_offset == 200 and info.log_start_offset == log.log_start_offset
@@ -148,16 +148,16 @@ def test_retention_by_bytes(open_log):
     log = open_log(LogConfig(segment_bytes=2_000, retention_bytes=5_000, retention_ms=-1))
     for i in range(100):
         log.append_as_leader(make_batch(2, tag=i), leader_epoch=0, now_ms=0)
-    assert log.enforce_retention(now_ms=10**12) > 0
+    assert log.enforce_retention(now_ms=10**12, high_watermark=log.log_end_offset) > 0
     assert log.size_bytes <= 5_000 + 2_000 and log.size_bytes > 5_000 - 2_000
-    assert log.enforce_retention(now_ms=10**12) == 0
+    assert log.enforce_retention(now_ms=10**12, high_watermark=log.log_end_offset) == 0
 
 
 def test_compact_only_policy_deletes_nothing(open_log):
     log = open_log(LogConfig(segment_bytes=2_000, retention_ms=0, cleanup_policy="compact"))
     for i in range(50):
         log.append_as_leader(make_batch(2, tag=i), leader_epoch=0, now_ms=0)
-    assert log.enforce_retention(now_ms=10**12) == 0
+    assert log.enforce_retention(now_ms=10**12, high_watermark=log.log_end_offset) == 0
 
 
 def test_delete_records_moves_log_start_and_survives_reopen(open_log):

@@ -123,7 +123,7 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule()
     def enforce_retention(self):
-        self.log.enforce_retention(self.now_ms)
+        self.log.enforce_retention(self.now_ms, high_watermark=self.log_end_offset)  # all committed in this machine
         assert self.log.log_start_offset >= self.log_start_offset
         self.log_start_offset = self.log.log_start_offset
 
