@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 from reference.handlers.context import RequestContext
-from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode
 
 # ApiVersionsRequest.isValid: letters and digits, with '-' and '.' inside.
@@ -26,6 +25,6 @@ def handle_api_versions(broker, request, context: RequestContext) -> dict:
         "error_code": ErrorCode.NONE,
         "api_keys": [
             {"api_key": int(key), "min_version": low, "max_version": high}
-            for key, (low, high) in sorted(SUPPORTED_API_VERSIONS.items())
+            for key, (low, high) in sorted(broker.api_versions().items())
         ],
     }

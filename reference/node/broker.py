@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from reference.config import BrokerConfig, read_properties_file
 from reference.node.metadata import TOPIC_RESOURCE, MetadataImage, TopicImage
+from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
@@ -200,6 +201,10 @@ class Broker:
     @property
     def live_broker_count(self) -> int:
         return 1
+
+    def api_versions(self) -> dict:
+        """The ApiVersions table this node advertises (reference/protocol/api_versions.py)."""
+        return SUPPORTED_API_VERSIONS
 
     @property
     def controller_id(self) -> int:

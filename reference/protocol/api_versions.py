@@ -56,9 +56,24 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 REFUSED_VERSIONS: dict[ApiKey, range] = {ApiKey.PRODUCE: range(0, 3)}
 
 
-def is_supported(api_key: int, api_version: int) -> bool:
-    if api_key not in SUPPORTED_API_VERSIONS:
+# The coordinator APIs (consumer groups, transactions). Their coordinators keep state in internal
+# topics; in a replicated cluster they do not yet move with those topics' partition leaders, so a
+# cluster node leaves them out of ApiVersions rather than advertise what it cannot serve.
+COORDINATOR_APIS = frozenset({
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
+    ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
+    ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.WRITE_TXN_MARKERS,
+    ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
+})
+CLUSTER_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    key: versions for key, versions in SUPPORTED_API_VERSIONS.items() if key not in COORDINATOR_APIS}
+
+
+def is_supported(api_key: int, api_version: int,
+                 advertised: dict[ApiKey, tuple[int, int]] = SUPPORTED_API_VERSIONS) -> bool:
+    if api_key not in advertised:
         return False
     key = ApiKey(api_key)
-    low, high = SUPPORTED_API_VERSIONS[key]
+    low, high = advertised[key]
     return low <= api_version <= high and api_version not in REFUSED_VERSIONS.get(key, ())

@@ -133,7 +133,7 @@ class BrokerServer:
         """One request frame -> the response frame's chunks, or None when none is sent."""
         header, body_offset = parse_request_header(frame)
         api_key, version = header.api_key, header.api_version
-        if not is_supported(api_key, version):
+        if not is_supported(api_key, version, self.broker.api_versions()):
             if api_key == ApiKey.API_VERSIONS:
                 return [unsupported_api_versions_response(header.correlation_id,
                                                           SUPPORTED_API_VERSIONS[ApiKey.API_VERSIONS])]
