@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
 
 from spec.catalogue import guarantee
 
@@ -68,29 +66,14 @@ ANOMALY_SCHEMA = pa.schema([
     pa.field("delta", pa.int64()),
     pa.field("detail", pa.string()),
 ])
-SPARK_COLUMNS = [f.name for f in ANOMALY_SCHEMA if f.name != "guarantee"]
+ROW_SCHEMA = ANOMALY_SCHEMA.remove(ANOMALY_SCHEMA.get_field_index("guarantee"))  # rows as the checks give them
 
 
-def anomaly_rows(df: DataFrame, anomaly: str | Column, *, violation: bool | Column = True,
-                 topic: Column | None = None, partition: Column | None = None, process: Column | None = None,
-                 ops: Column | None = None, values: Column | None = None, offsets: Column | None = None,
-                 delta: Column | None = None, detail: Column) -> DataFrame:
-    """df as anomaly rows (every column but guarantee, which the checker adds from ANOMALY_KINDS)."""
-    def given(column, default_type):
-        return column if column is not None else F.lit(None).cast(default_type)
-
-    def as_long_array(column):
-        return F.transform(column, lambda x: x.cast("long")) if column is not None else F.lit(None).cast("array<long>")
-
-    return df.select(
-        (F.lit(anomaly) if isinstance(anomaly, str) else anomaly).alias("anomaly"),
-        (F.lit(violation) if isinstance(violation, bool) else violation).alias("violation"),
-        given(topic, "string").alias("topic"),
-        given(partition, "int").cast("int").alias("partition"),
-        given(process, "long").cast("long").alias("process"),
-        as_long_array(ops).alias("ops"),
-        as_long_array(values).alias("values"),
-        as_long_array(offsets).alias("offsets"),
-        given(delta, "long").cast("long").alias("delta"),
-        detail.alias("detail"),
-    )
+def anomaly_row(anomaly: str, detail: str, *, violation: bool = True, topic: str | None = None,
+                partition: int | None = None, process: int | None = None, ops: list[int] | None = None,
+                values: list[int | None] | None = None, offsets: list[int | None] | None = None,
+                delta: int | None = None) -> dict:
+    """One anomaly row (every column but guarantee, which the checker adds from ANOMALY_KINDS)."""
+    assert anomaly in ANOMALY_KINDS, anomaly
+    return {"anomaly": anomaly, "violation": violation, "topic": topic, "partition": partition, "process": process,
+            "ops": ops, "values": values, "offsets": offsets, "delta": delta, "detail": detail}

@@ -13,25 +13,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from spark_validation import cycles, durability, isolation, offsets, ordering, realtime
-from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA
-from spark_validation.frames import HistoryFrames
+from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
+from spark_validation.frames import HistoryFrames, read_ipc
+from spark_validation.partition_log import PartitionLog
+from spark_validation.session import SHUFFLE_PARTITIONS
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
 from spark_validation.options import SUB_VIA, RunOptions
-from spec.history import ASSIGNMENT_FS, HISTORY_SCHEMA
+from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA
 
 HISTORY_FILE = "history.parquet"
 OPTIONS_FILE = "run.json"
 ANOMALIES_FILE = "anomalies.parquet"
 VERDICT_FILE = "verdict.json"
 
-# check name -> Spark job returning anomaly rows; each is one family of anomalies
-SPARK_JOBS = {
+# check name -> the per-partition check returning anomaly rows; each is one family of anomalies
+PARTITION_CHECKS = {
     "inconsistent-offsets": offsets.inconsistent_offsets,
     "duplicate": offsets.duplicate,
     "lost-write": durability.lost_write,
@@ -48,7 +51,8 @@ SPARK_JOBS = {
     "future-read": realtime.future_read,
 }
 DRIVER_CHECKS = ("linearizability", "cycles")
-CHECKS = (*SPARK_JOBS, *DRIVER_CHECKS)
+CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS)
+EDGES = "dependency-edges"  # the per-partition part of the cycle search
 
 
 class HistoryError(ValueError):
@@ -111,27 +115,35 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     unknown = set(checks) - set(CHECKS)
     assert not unknown, f"unknown checks {unknown}"
     started = time.monotonic()
-    h = HistoryFrames(spark, str(parquet_path))
-    spark_checks = [c for c in SPARK_JOBS if c in checks
-                    or ("linearizability" in checks and c in NONLINEARIZABLE_CAUSES)]
-    plan = spark_checks + [c for c in DRIVER_CHECKS if c in checks]
+    partition_checks = [c for c in PARTITION_CHECKS if c in checks
+                        or ("linearizability" in checks and c in NONLINEARIZABLE_CAUSES)]
+    plan = partition_checks + [c for c in DRIVER_CHECKS if c in checks]
+    jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
+    if "cycles" in checks:
+        jobs[EDGES] = cycles.dependency_edges
+    h = HistoryFrames(spark, str(parquet_path), SHUFFLE_PARTITIONS)
+    results = h.per_partition(jobs, h.proven_ops(), h.assignment_table())
+    pass_s = time.monotonic() - started
+    found = _by_check(results)
     rows: list[dict] = []
-    seconds: dict[str, float] = {}
+    seconds: dict[str, float] = {"partition-pass": round(pass_s, 3)}
     for position, check in enumerate(plan, 1):
         t0 = time.monotonic()
-        if check in SPARK_JOBS:
-            found = SPARK_JOBS[check](h, options).toArrow().to_pylist()
+        if check in PARTITION_CHECKS:
+            tables = found.get(check, [])
+            rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
+            seconds[check] = round(sum(found_seconds for found_seconds in _seconds(results, check)), 3)
         elif check == "linearizability":
-            found = nonlinearizable_rows(rows)
+            rows_found = nonlinearizable_rows(rows)
+            seconds[check] = round(time.monotonic() - t0, 3)
         else:
-            edges = cycles.dependency_edges(h).toArrow()
-            ops = h.ops.select("index", "type", "invoke_time_ns", "time_ns").toArrow()
-            found = cycles.cycle_rows(cycles.find_cycles(edges, ops), options)
-        seconds[check] = round(time.monotonic() - t0, 3)
-        rows.extend(found)
+            edges = pa.concat_tables(found.get(EDGES, [])) if found.get(EDGES) else cycles.EDGE_SCHEMA.empty_table()
+            cycle_list = cycles.find_cycles(_unique_wr(edges), _op_table(parquet_path))
+            rows_found = cycles.cycle_rows(cycle_list, options)
+            seconds[check] = round(time.monotonic() - t0 + sum(_seconds(results, EDGES)), 3)
+        rows.extend(rows_found)
         if progress:
-            progress(check, position, len(plan), len(found), seconds[check])
-    h.unpersist()
+            progress(check, position, len(plan), len(rows_found), seconds[check])
     # causes computed only to decide linearizability are not reported unless asked for
     rows = [r for r in rows if r["anomaly"] not in NONLINEARIZABLE_CAUSES or r["anomaly"] in checks]
     for r in rows:
@@ -140,6 +152,47 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
     return CheckResult(table, verdict)
+
+
+def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: RunOptions):
+    def rows(p: PartitionLog) -> pa.Table:
+        return pa.Table.from_pylist(check(p, options), schema=ROW_SCHEMA)
+    return rows
+
+
+def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
+    found: dict[str, list[pa.Table]] = {}
+    for check, payload in zip(results.column("check").to_pylist(), results.column("rows").to_pylist()):
+        table = read_ipc(payload)
+        if table.num_rows:
+            found.setdefault(check, []).append(table)
+    return found
+
+
+def _seconds(results: pa.Table, check: str) -> list[float]:
+    return [s for c, s in zip(results.column("check").to_pylist(), results.column("seconds").to_pylist())
+            if c == check]
+
+
+def _sorted_rows(rows: list[dict]) -> list[dict]:
+    """Rows in a fixed order (partitions arrive in any order): by partition, then as the check listed them."""
+    return sorted(rows, key=lambda r: (r["topic"] or "", r["partition"] if r["partition"] is not None else -1))
+
+
+def _unique_wr(edges: pa.Table) -> pa.Table:
+    """One wr edge per (writer, reader) pair, the one of the lowest partition, across partitions."""
+    edges = edges.sort_by([(c, "ascending") for c in ("src", "dst", "kind", "topic", "partition", "src_value")])
+    src, dst, kind = (edges.column(c).to_numpy() for c in ("src", "dst", "kind"))
+    repeat = np.zeros(len(src), bool)
+    repeat[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1]) & (kind[1:] == kind[:-1]) & (kind[1:] == cycles.WR)
+    return edges.filter(pa.array(~repeat))
+
+
+def _op_table(parquet_path: Path) -> pa.Table:
+    """Every client op's completion (index, type, invocation and completion time), in index order."""
+    table = pq.read_table(parquet_path, columns=["index", "seq", "type", "f", "invoke_time_ns", "time_ns"],
+                          filters=[("seq", "=", 0), ("type", "!=", "invoke"), ("f", "in", set(CLIENT_FS))])
+    return table.select(["index", "type", "invoke_time_ns", "time_ns"]).sort_by("index")
 
 
 def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa.Table,

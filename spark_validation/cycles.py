@@ -1,6 +1,7 @@
-"""Dependency cycles: G0, G1c, G-single and G2, plain and closed by real-time order.
+"""Dependency cycles: G0, G1c (TXN-2), G-single and G2, plain and closed by real-time order.
 
-Spark builds the dependency edges between ops (research/jepsen.md section 4):
+Each topic-partition contributes its dependency edges between ops (research/jepsen.md
+section 4), computed beside the other per-partition checks:
 - ww: the writer of each value to the writer of the next value in the partition's version order
 - wr: the writer of a value to each op that read it
 - rw: a transaction that read a partition up to value v to the writer of the value after v
@@ -8,12 +9,13 @@ Spark builds the dependency edges between ops (research/jepsen.md section 4):
   Only transactions: a plain poll may stop anywhere, so its highest read says nothing
   about what it did not see.
 The driver adds rt edges (op A completed ok before op B was invoked, as a transitive
-reduction: a sweep that keeps a frontier of latest completions), finds strongly connected
-components with scipy, and in each component searches for a short cycle of each kind:
-one edge of the kind the anomaly needs, closed by a breadth-first path back through the
-edge kinds it allows. A cycle is named by its edges: two or more rw is G2, one is
-G-single, else any wr is G1c, else G0; an rt edge adds "-realtime". Each component
-reports each name once, with every edge explained.
+reduction: B's predecessors are the ok ops completed before B began and not followed by
+another op that did), keeps only the edges inside strongly connected components (scipy),
+and in each component searches for a short cycle of each kind: one edge of the kind the
+anomaly needs, closed by a breadth-first path back through the edge kinds it allows. A
+cycle is named by its edges: two or more rw is G2, one is G-single, else any wr is G1c,
+else G0; an rt edge adds "-realtime". Each component reports each name once, with every
+edge explained.
 """
 from __future__ import annotations
 
@@ -22,13 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+import pyarrow.compute as pc
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from spark_validation.frames import TP, HistoryFrames
 from spark_validation.options import RunOptions
+from spark_validation.partition_log import NO_IDX, TXN, PartitionLog, distinct_rows, group_ends, group_starts
 
 WW, WR, RW, RT = 0, 1, 2, 3
 KIND_NAMES = ("ww", "wr", "rw", "rt")
@@ -38,59 +39,73 @@ SEARCHES = (
     (WW, (WW,)), (WR, (WR,)), (WR, (WW, WR)), (RW, (WW, WR)), (RW, (WW, WR, RW)),
     (WW, (WW, RT)), (WR, (WR, RT)), (WR, (WW, WR, RT)), (RW, (WW, WR, RT)), (RW, (WW, WR, RW, RT)),
 )
-EDGE_COLUMNS = ["src", "dst", "kind", *TP, "src_value", "dst_value"]
+EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int8()), ("topic", pa.string()),
+                         ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64())])
 
 
-def dependency_edges(h: HistoryFrames) -> DataFrame:
-    """ww, wr and rw edges between op indices, each with the values that justify it."""
-    writer = h.writer_of
-    slots = h.by_index.withColumn("prev", F.lag("value").over(Window.partitionBy(*TP).orderBy("idx")))
-    ww = (slots.where(F.col("prev").isNotNull())
-          .join(writer.withColumnRenamed("value", "prev").withColumnRenamed("writer", "src"), [*TP, "prev"])
-          .join(writer.withColumnRenamed("writer", "dst"), [*TP, "value"])
-          .select("src", "dst", F.lit(WW).alias("kind"), *TP, F.col("prev").alias("src_value"),
-                  F.col("value").alias("dst_value")))
-    wr = (h.reads.select(F.col("index").alias("dst"), *TP, "value")
-          .join(writer.withColumnRenamed("writer", "src"), [*TP, "value"])
-          .groupBy("src", "dst").agg(F.first("topic").alias("topic"), F.first("partition").alias("partition"),
-                                     F.first("value").alias("value"))
-          .select("src", "dst", F.lit(WR).alias("kind"), *TP, F.col("value").alias("src_value"),
-                  F.col("value").alias("dst_value")))
-    highest = (h.reads.where((F.col("f") == "txn") & F.col("idx").isNotNull())
-               .groupBy("index", *TP).agg(F.max(F.struct("idx", "value")).alias("h")))
-    following = h.by_index.select(*TP, (F.col("idx") - 1).alias("read_idx"), F.col("value").alias("next"))
-    rw = (highest.join(following, (highest.topic == following.topic) & (highest.partition == following.partition)
-                       & (F.col("h.idx") == F.col("read_idx")))
-          .drop(following.topic).drop(following.partition)
-          .join(writer.withColumnRenamed("value", "next").withColumnRenamed("writer", "dst"), [*TP, "next"])
-          .select(F.col("index").alias("src"), "dst", F.lit(RW).alias("kind"), *TP,
-                  F.col("h.value").alias("src_value"), F.col("next").alias("dst_value")))
-    return ww.unionByName(wr).unionByName(rw).where(F.col("src") != F.col("dst")).select(*EDGE_COLUMNS)
+def dependency_edges(p: PartitionLog) -> pa.Table:
+    """ww, wr and rw edges of one partition between op indices, with the values that justify them."""
+    src, dst, kind, src_value, dst_value = [], [], [], [], []
+
+    def add(k: int, s: np.ndarray, d: np.ndarray, sv: np.ndarray, dv: np.ndarray) -> None:
+        keep = s != d
+        for out, column in ((src, s), (dst, d), (src_value, sv), (dst_value, dv)):
+            out.append(column[keep])
+        kind.append(np.full(int(keep.sum()), k, np.int8))
+
+    prev_row, prev_found = p.writer_of(p.bi_value[:-1])
+    next_row, next_found = p.writer_of(p.bi_value[1:])
+    ww = prev_found & next_found
+    add(WW, p.index[prev_row[ww]], p.index[next_row[ww]], p.bi_value[:-1][ww], p.bi_value[1:][ww])
+
+    reads = np.flatnonzero(p.is_read)
+    row, found = p.writer_of(p.value[reads])
+    reads, row = reads[found], row[found]
+    first = distinct_rows(p.index[row], p.index[reads], p.value[reads])  # the lowest value per (src, dst)
+    first = first[group_starts(p.index[row][first], p.index[reads][first])]
+    add(WR, p.index[row[first]], p.index[reads[first]], p.value[reads[first]], p.value[reads[first]])
+
+    txn_reads = np.flatnonzero(p.is_read & (p.f == TXN) & (p.idx != NO_IDX))
+    order = txn_reads[np.lexsort((p.value[txn_reads], p.idx[txn_reads], p.index[txn_reads]))]
+    highest = order[group_ends(group_starts(p.index[order]), len(order)) - 1]
+    highest = highest[p.idx[highest] + 1 < len(p.bi_value)]
+    following = p.bi_value[p.idx[highest] + 1]
+    row, found = p.writer_of(following)
+    add(RW, p.index[highest[found]], p.index[row[found]], p.value[highest[found]], following[found])
+
+    n = sum(map(len, src))
+    return pa.table({"src": np.concatenate(src), "dst": np.concatenate(dst), "kind": np.concatenate(kind),
+                     "topic": pa.array([p.topic] * n, pa.string()), "partition": np.full(n, p.partition, np.int32),
+                     "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value)},
+                    schema=EDGE_SCHEMA)
 
 
 def realtime_edges(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """rt edges (src, dst) as op indices: a transitive reduction of ok-completion-before-invocation."""
+    """rt edges (src, dst) as op indices: a transitive reduction of ok-completion-before-invocation.
+
+    X precedes B when X completed ok before B was invoked, and no ok op Y was invoked after
+    X completed and completed before B was invoked (then X -> Y -> B). So X precedes every
+    B invoked in (complete(X), expiry(X)], where expiry(X) is the earliest completion of an
+    ok op invoked after X completed. Both ends grow with complete(X), so each B's
+    predecessors are one run of the ok ops sorted by completion.
+    """
+    assert ops.column("invoke_time_ns").null_count == 0, "every op needs its invocation time"
     index = ops.column("index").to_numpy()
-    invoke_ns = ops.column("invoke_time_ns").to_numpy(zero_copy_only=False)
-    complete_ns = ops.column("time_ns").to_numpy()
-    ok = np.asarray(ops.column("type").to_pylist(), dtype=object) == "ok"
-    times = np.concatenate([invoke_ns, complete_ns[ok]])
-    kinds = np.concatenate([np.zeros(len(index), np.int8), np.ones(int(ok.sum()), np.int8)])
-    who = np.concatenate([index, index[ok]])
-    order = np.lexsort((kinds, times))  # invocations first at equal times: "before" is strict
-    frontier: set[int] = set()
-    predecessors: dict[int, list[int]] = {}
-    src: list[int] = []
-    dst: list[int] = []
-    for kind, op in zip(kinds[order].tolist(), who[order].tolist()):
-        if kind == 0:
-            predecessors[op] = list(frontier)
-            src.extend(predecessors[op])
-            dst.extend([op] * len(frontier))
-        else:
-            frontier.difference_update(predecessors.pop(op))
-            frontier.add(op)
-    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    invoke_ns = ops.column("invoke_time_ns").to_numpy()
+    ok = pc.equal(ops.column("type"), "ok").to_numpy(zero_copy_only=False)
+    ok_index, ok_invoke, ok_complete = index[ok], invoke_ns[ok], ops.column("time_ns").to_numpy()[ok]
+    by_complete = np.argsort(ok_complete, kind="stable")
+    ok_index, ok_invoke, ok_complete = ok_index[by_complete], ok_invoke[by_complete], ok_complete[by_complete]
+    by_invoke = np.argsort(ok_invoke, kind="stable")
+    # earliest completion among ok ops invoked strictly after each time, by suffix minimum
+    suffix_min = np.minimum.accumulate(np.append(ok_complete[by_invoke], np.iinfo(np.int64).max)[::-1])[::-1]
+    expiry = suffix_min[np.searchsorted(ok_invoke[by_invoke], ok_complete, "right")]
+    hi = np.searchsorted(ok_complete, invoke_ns, "left")          # completed strictly before B's invocation
+    lo = np.searchsorted(expiry, invoke_ns, "left")                # not expired: expiry >= B's invocation
+    counts = np.maximum(hi - lo, 0)
+    dst = np.repeat(index, counts)
+    within = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
+    return ok_index[np.repeat(lo, counts) + within], dst
 
 
 @dataclass(frozen=True)
@@ -129,16 +144,20 @@ def cycle_name(kinds: list[int]) -> str:
 
 def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
     """One cycle per strongly connected component and anomaly name."""
-    edges = edges.sort_by([("src", "ascending"), ("dst", "ascending"), ("kind", "ascending")])  # Spark's order varies
-    rt_src, rt_dst = realtime_edges(ops.sort_by("index"))
+    # a fixed edge order, so the cycles reported do not depend on the order partitions arrive in
+    edges = edges.sort_by([(c, "ascending") for c in ("src", "dst", "kind", "topic", "partition", "src_value",
+                                                      "dst_value")])
+    rt_src, rt_dst = realtime_edges(ops)
     src = np.concatenate([edges.column("src").to_numpy(), rt_src])
     dst = np.concatenate([edges.column("dst").to_numpy(), rt_dst])
     kind = np.concatenate([edges.column("kind").to_numpy().astype(np.int8), np.full(len(rt_src), RT, np.int8)])
-    evidence = {c: edges.column(c).to_pylist() for c in ("topic", "partition", "src_value", "dst_value")}
     vertices, endpoints = np.unique(np.concatenate([src, dst]), return_inverse=True)
     u, v = endpoints[:len(src)], endpoints[len(src):]
     n = len(vertices)
     component = _strong_components(n, u, v, np.ones(len(u), bool))
+    # every cycle lies inside one component: the edges between components are never needed
+    inside = np.flatnonzero(component[u] == component[v])
+    u, v, kind, edge_id = u[inside], v[inside], kind[inside], inside
     cycles: list[Cycle] = []
     seen: set[tuple[int, str]] = set()
     for required, allowed in SEARCHES:
@@ -150,7 +169,7 @@ def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
             continue
         _, first = np.unique(labels[u[candidates]], return_index=True)
         adjacency = _adjacency(n, u, v, mask)
-        for e in candidates[first].tolist():
+        for e in np.sort(candidates[first]).tolist():  # in edge order: independent of component numbering
             path = _shortest_path(adjacency, v, labels, int(v[e]), int(u[e]))
             steps = [e] + path
             name = cycle_name([int(kind[i]) for i in steps])
@@ -158,14 +177,15 @@ def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
             if (component[u[e]], name) in seen or (component[u[e]], plain) in seen:
                 continue  # a realtime variant only where the plain cycle was not found
             seen.add((component[u[e]], name))
-            cycles.append(Cycle(name, tuple(_step(i, vertices, u, v, kind, evidence) for i in steps)))
+            cycles.append(Cycle(name, tuple(_step(int(edge_id[i]), vertices[u[i]], vertices[v[i]], int(kind[i]),
+                                                  edges) for i in steps)))
     return cycles
 
 
-def _step(i: int, vertices, u, v, kind, evidence) -> dict:
-    step = {"src": int(vertices[u[i]]), "dst": int(vertices[v[i]]), "kind": int(kind[i])}
-    for column, values in evidence.items():
-        step[column] = values[i] if i < len(values) else None
+def _step(edge_id: int, src: int, dst: int, kind: int, edges: pa.Table) -> dict:
+    step = {"src": int(src), "dst": int(dst), "kind": kind}
+    for column in ("topic", "partition", "src_value", "dst_value"):
+        step[column] = edges.column(column)[edge_id].as_py() if edge_id < edges.num_rows else None
     return step
 
 

@@ -1,57 +1,72 @@
-"""Durability: lost-write (with the highest-read rule), unseen and phantom-read.
+"""Durability, per topic-partition: lost-write (DUR-1, with the highest-read rule), unseen
+(DUR-1) and phantom-read (VIS-1).
 
-lost-write (Jepsen): per partition, the bound is the highest first dense index of any
-value an ok op read. Every value whose last dense index is at or below the bound must
-have been read; one that was not, sent by an op that must have committed, is lost.
-unseen: values acknowledged to a producer that no ok op ever read, per partition.
-phantom-read: a value read from a partition that no op ever sent there.
+lost-write (Jepsen): the bound is the highest first dense index of any value an ok op
+read. Every value whose last dense index is at or below the bound must have been read;
+one that was not, sent by an op that must have committed, is lost.
+unseen: values acknowledged to producers that no ok op ever read.
+phantom-read: a value read from the partition that no op ever sent there.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import numpy as np
 
-from spark_validation.anomalies import anomaly_rows
-from spark_validation.frames import TP, HistoryFrames
+from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
+from spark_validation.partition_log import OK, PartitionLog, distinct_rows, group_starts
 
 EVIDENCE_VALUES_MAX = 1024  # unseen values listed per partition; the count is exact
 
 
-def lost_write(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    bound = (h.ok_read_values.join(h.value_index, [*TP, "value"])
-             .groupBy(*TP).agg(F.max(F.struct("first_idx", "value")).alias("bound")))
-    writers = h.committed_sends.groupBy(*TP, "value").agg(F.min("index").alias("writer"))
-    lost = (h.value_index.join(bound, TP).where(F.col("idx") <= F.col("bound.first_idx"))
-            .join(h.ok_read_values, [*TP, "value"], "left_anti")
-            .join(writers, [*TP, "value"]))
-    return anomaly_rows(
-        lost, "lost-write", topic=F.col("topic"), partition=F.col("partition"), ops=F.array("writer"),
-        values=F.array("value"), offsets=F.col("offsets"),
-        detail=F.format_string("value %d of %s-%d (op %d, dense index %d) was never read, though ok polls "
-                               "read value %d at index %d after it", "value", "topic", "partition", "writer", "idx",
-                               "bound.value", "bound.first_idx"))
+def lost_write(p: PartitionLog, options: RunOptions) -> list[dict]:
+    read = np.isin(p.vi_value, p.ok_read_values)
+    if not read.any():
+        return []
+    top = np.lexsort((p.vi_value[read], p.vi_first_idx[read]))[-1]
+    bound_idx, bound_value = int(p.vi_first_idx[read][top]), int(p.vi_value[read][top])
+    committed = np.flatnonzero(p.committed)
+    writers = committed[distinct_rows(p.value[committed], p.index[committed])]
+    writers = writers[group_starts(p.value[writers])]  # the lowest committed op index per value
+    rows = []
+    for i in np.flatnonzero(~read & (p.vi_idx <= bound_idx)).tolist():
+        value, idx = int(p.vi_value[i]), int(p.vi_idx[i])
+        at = np.searchsorted(p.value[writers], value)
+        if at == len(writers) or p.value[writers[at]] != value:
+            continue
+        writer = int(p.index[writers[at]])
+        rows.append(anomaly_row(
+            "lost-write", f"value {value} of {p.where()} (op {writer}, dense index {idx}) was never read, though "
+                          f"ok polls read value {bound_value} at index {bound_idx} after it",
+            topic=p.topic, partition=p.partition, ops=[writer], values=[value], offsets=p.value_offsets(value)))
+    return rows
 
 
-def unseen(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    acked = h.sends.where((F.col("type") == "ok")).select(*TP, "value", "index", "offset")
-    missing = (acked.join(h.ok_read_values, [*TP, "value"], "left_anti")
-               .groupBy(*TP).agg(F.count("*").alias("n"),
-                                 F.sort_array(F.collect_list(F.struct("value", "index", "offset"))).alias("m")))
-    return anomaly_rows(
-        missing, "unseen", topic=F.col("topic"), partition=F.col("partition"),
-        ops=F.slice(F.array_sort(F.array_distinct(F.col("m.index"))), 1, EVIDENCE_VALUES_MAX),
-        values=F.slice(F.col("m.value"), 1, EVIDENCE_VALUES_MAX),
-        offsets=F.slice(F.col("m.offset"), 1, EVIDENCE_VALUES_MAX),
-        detail=F.format_string("%d acknowledged value(s) of %s-%d were never read", "n", "topic", "partition"))
+def unseen(p: PartitionLog, options: RunOptions) -> list[dict]:
+    acked = np.flatnonzero(p.is_send & (p.type == OK))
+    missing = acked[~np.isin(p.value[acked], p.ok_read_values)]
+    if len(missing) == 0:
+        return []
+    offsets = p.offset[missing]
+    # sorted by (value, op, offset) with unknown offsets first, as listed evidence
+    missing = missing[np.lexsort((offsets, p.has_offset[missing], p.index[missing], p.value[missing]))]
+    shown = missing[:EVIDENCE_VALUES_MAX]
+    return [anomaly_row(
+        "unseen", f"{len(missing)} acknowledged value(s) of {p.where()} were never read",
+        topic=p.topic, partition=p.partition, ops=np.unique(p.index[missing])[:EVIDENCE_VALUES_MAX].tolist(),
+        values=p.value[shown].tolist(),
+        offsets=[int(o) if known else None for o, known in zip(p.offset[shown], p.has_offset[shown])])]
 
 
-def phantom_read(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    phantoms = (h.reads.join(h.writer_of, [*TP, "value"], "left_anti")
-                .groupBy(*TP, "value").agg(F.sort_array(F.collect_set("index")).alias("readers"),
-                                           F.sort_array(F.collect_set("offset")).alias("offs")))
-    return anomaly_rows(
-        phantoms, "phantom-read", topic=F.col("topic"), partition=F.col("partition"), ops=F.col("readers"),
-        values=F.array("value"), offsets=F.col("offs"),
-        detail=F.format_string("value %d was read from %s-%d by op(s) %s but never sent", "value", "topic",
-                               "partition", F.array_join("readers", ", ")))
+def phantom_read(p: PartitionLog, options: RunOptions) -> list[dict]:
+    reads = np.flatnonzero(p.is_read)
+    phantoms = reads[~np.isin(p.value[reads], p.wo_value)]
+    rows = []
+    for value in np.unique(p.value[phantoms]).tolist():
+        these = phantoms[p.value[phantoms] == value]
+        readers = np.unique(p.index[these]).tolist()
+        offsets = np.unique(p.offset[these][p.has_offset[these]]).tolist()
+        rows.append(anomaly_row(
+            "phantom-read", f"value {value} was read from {p.where()} by op(s) {', '.join(map(str, readers))} "
+                            "but never sent",
+            topic=p.topic, partition=p.partition, ops=readers, values=[value], offsets=offsets))
+    return rows

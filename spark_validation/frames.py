@@ -1,88 +1,103 @@
-"""The derived tables every check shares, built once per history.
+"""The Spark side of the checker: read a history once, group it by topic-partition, and run
+every per-partition check on each group in one pass (applyInArrow, numpy inside).
 
-Names follow Jepsen's Kafka checker (research/jepsen.md section 2), partitioned by
-topic-partition instead of Jepsen's abstract key:
+Only three things cross partitions, and each is small or read once:
+- proven ops: info ops with a send that some ok op read, in any partition; their sends
+  must have committed (an info op's outcome is unknown until a read proves it)
+- assignments: ok/info assign and subscribe ops, and the partitions each retains
+- the op table of the cycle search (read by the driver, see checker.py)
 
-- mops: completed send/poll/txn micro-operations that name a record, with idx
-- log: the version order's raw slots, (topic, partition, offset, value) from every poll
-  (any completion type: pollers report offsets truthfully) and from the sends of ops
-  that must have committed
-- version: log with idx, the dense index of the offset among occupied slots
-- value_index: per value its first and last dense index (Jepsen's :by-value is the last)
-- by_index: one value per dense index (the smallest when a slot conflicts)
-- writer_of: the op that sent each value
+The pass returns one row per (partition, check): the check's rows as an Arrow IPC stream
+and the seconds the check took on that partition.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession, Window
+import time
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_validation.partition_log import F_CODES, INFO, NO_NS, NO_OFFSET, OK, TYPE_CODES, PartitionLog
 from spec.history import ASSIGNMENT_FS, CLIENT_FS
 
 TP = ["topic", "partition"]
-MOP_COLUMNS = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", *TP, "value",
-               "offset", "rebalanced"]
+RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
+RESULT_DDL = "check string, seconds double, rows binary"
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+
+PartitionCheck = Callable[[PartitionLog], pa.Table]
+
+
+def _code(column: str, codes: dict[str, int]):
+    code = None
+    for name, value in codes.items():
+        code = (F.when(F.col(column) == name, value) if code is None else code.when(F.col(column) == name, value))
+    return code.cast("byte")
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def read_ipc(payload: bytes) -> pa.Table:
+    return pa.ipc.open_stream(payload).read_all()
 
 
 class HistoryFrames:
-    """Lazily built, cached Spark tables of one history."""
+    """One history in Spark: its client mops (the only large frame) and the small cross-partition tables."""
 
-    def __init__(self, spark: SparkSession, parquet_path: str):
+    def __init__(self, spark: SparkSession, parquet_path: str, shuffle_partitions: int):
         self.spark = spark
-        raw = spark.read.parquet(parquet_path)
-        completions = raw.where(F.col("type") != "invoke")
-        recorded = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
-                                      & F.col("topic").isNotNull() & F.col("value").isNotNull())
-                    .select(*MOP_COLUMNS).persist())
-        self.ops = (completions.where(F.col("f").isin(*CLIENT_FS) & (F.col("seq") == 0))
-                    .select("index", "process", "type", "f", "time_ns", "invoke_time_ns").persist())
-        assignments = completions.where(F.col("f").isin(*ASSIGNMENT_FS) & F.col("type").isin("ok", "info"))
-        self.assignment_ops = assignments.where(F.col("seq") == 0).select("index", "process")
-        self.assignment_rows = assignments.where(F.col("topic").isNotNull()).select("index", *TP)
-        reads = recorded.where(F.col("mop_f") == "poll")
-        self.ok_read_values = reads.where(F.col("type") == "ok").select(*TP, "value").distinct()
-        self.committed_sends = self._committed_sends(recorded.where(F.col("mop_f") == "send"))
-        self.log = (reads.where(F.col("offset").isNotNull()).select(*TP, "offset", "value")
-                    .unionByName(self.committed_sends.where(F.col("offset").isNotNull())
-                                 .select(*TP, "offset", "value"))
-                    .distinct().persist())
-        slots = self.log.select(*TP, "offset").distinct().withColumn(
-            "idx", F.dense_rank().over(Window.partitionBy(*TP).orderBy("offset")) - 1)
-        self.version = self.log.join(slots, [*TP, "offset"]).persist()
-        self.value_index = self.version.groupBy(*TP, "value").agg(
-            F.min("idx").alias("first_idx"), F.max("idx").alias("idx"),
-            F.sort_array(F.collect_set("offset")).alias("offsets")).persist()
-        # every mop with its value's dense index (null when not in the log), joined once for all checks
-        self.mops = recorded.join(self.value_index.select(*TP, "value", "idx"), [*TP, "value"], "left").persist()
-        self._recorded = recorded
-        self.sends = self.mops.where(F.col("mop_f") == "send")
-        self.reads = self.mops.where(F.col("mop_f") == "poll")
-        self.by_index = self.version.groupBy(*TP, "idx").agg(F.min("value").alias("value"),
-                                                             F.min("offset").alias("offset"))
-        self.writer_of = self.sends.groupBy(*TP, "value").agg(F.min("index").alias("writer"))
+        self.shuffle_partitions = shuffle_partitions
+        completions = spark.read.parquet(parquet_path).where(F.col("type") != "invoke")
+        self.mops = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
+                                       & F.col("topic").isNotNull() & F.col("value").isNotNull())
+                     .select(*TP, "index", "seq", "process", _code("type", TYPE_CODES).alias("type"),
+                             _code("f", F_CODES).alias("f"), (F.col("mop_f") == "send").alias("is_send"), "time_ns",
+                             F.coalesce("invoke_time_ns", F.lit(NO_NS)).alias("invoke_ns"), "value",
+                             F.coalesce("offset", F.lit(NO_OFFSET)).alias("offset"), "rebalanced"))
+        self.assignments = (completions.where(F.col("f").isin(*ASSIGNMENT_FS) & F.col("type").isin("ok", "info"))
+                            .select("index", "seq", "process", *TP))
 
-    def _committed_sends(self, sends: DataFrame) -> DataFrame:
-        """Sends of ops that must have committed: ok, or info with a send some ok op read."""
-        info_sends = sends.where(F.col("type") == "info")
-        proven = info_sends.join(self.ok_read_values, [*TP, "value"], "left_semi").select("index").distinct()
-        return sends.where(F.col("type") == "ok").unionByName(info_sends.join(proven, "index", "left_semi"))
+    def proven_ops(self) -> np.ndarray:
+        """Op indices of info ops with a send some ok op read (in the same partition)."""
+        info_sends = self.mops.where((F.col("type") == INFO) & F.col("is_send")).select(*TP, "value", "index")
+        if info_sends.isEmpty():
+            return np.zeros(0, np.int64)
+        ok_reads = self.mops.where((F.col("type") == OK) & ~F.col("is_send")).select(*TP, "value")
+        proven = ok_reads.join(F.broadcast(info_sends), [*TP, "value"]).select("index").distinct()
+        return np.sort(proven.toArrow().column("index").to_numpy())
 
-    @staticmethod
-    def with_delta(df: DataFrame) -> DataFrame:
-        """df (with prev_idx and cur_idx) with delta = cur_idx - prev_idx, 1 when either is unknown."""
-        return df.withColumn("delta", F.coalesce(F.col("cur_idx") - F.col("prev_idx"), F.lit(1)))
+    def assignment_table(self) -> pa.Table:
+        return self.assignments.toArrow()
 
-    def with_skipped(self, df: DataFrame) -> DataFrame:
-        """Rows with prev_idx/cur_idx get `skipped`: the values at the dense indices between them."""
-        between = (df.select(*TP, "prev_idx", "cur_idx").distinct().alias("d")
-                   .join(self.by_index.alias("b"), (F.col("d.topic") == F.col("b.topic"))
-                         & (F.col("d.partition") == F.col("b.partition"))
-                         & (F.col("b.idx") > F.col("d.prev_idx")) & (F.col("b.idx") < F.col("d.cur_idx")))
-                   .groupBy("d.topic", "d.partition", "d.prev_idx", "d.cur_idx")
-                   .agg(F.sort_array(F.collect_list(F.struct("b.idx", "b.value"))).alias("s"))
-                   .select(*TP, "prev_idx", "cur_idx", F.col("s.value").alias("skipped")))
-        return df.join(between, [*TP, "prev_idx", "cur_idx"], "left")
+    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray,
+                      assignments: pa.Table) -> pa.Table:
+        """Every check on every topic-partition, in one shuffle: RESULT_SCHEMA rows."""
+        assignment_ops = assignments.filter(pc.equal(assignments.column("seq"), 0))
+        assign_index = assignment_ops.column("index").to_numpy()
+        assign_process = assignment_ops.column("process").to_numpy()
+        retained = assignments.filter(pc.is_valid(assignments.column("topic"))).to_pylist()
 
-    def unpersist(self) -> None:
-        for frame in (self.mops, self.ops, self.log, self.version, self.value_index, self._recorded):
-            frame.unpersist()
+        def check_partition(key: tuple, mops: pa.Table) -> pa.Table:
+            topic, partition = key[0].as_py(), key[1].as_py()
+            keeps = {r["index"] for r in retained
+                     if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)}
+            dropped = ~np.isin(assign_index, list(keeps))
+            p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]))
+            results = []
+            for name, check in checks.items():
+                started = time.perf_counter()
+                table = check(p)
+                results.append((name, time.perf_counter() - started, _ipc(table)))
+            return pa.table(list(zip(*results)), schema=RESULT_SCHEMA)
+
+        grouped = self.mops.repartition(self.shuffle_partitions, *TP).groupBy(*TP)
+        return grouped.applyInArrow(check_partition, RESULT_DDL).toArrow()

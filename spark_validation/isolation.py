@@ -1,4 +1,5 @@
-"""Transactional visibility: G1a (aborted read), precommitted-read and G1b (intermediate read).
+"""Transactional visibility, per topic-partition: G1a (TXN-2, aborted read),
+precommitted-read (TXN-2) and G1b (TXN-1, intermediate read).
 
 G1a (Jepsen): an ok op read a value that a failed op sent; fail means the write (or its
 transaction) definitely did not happen. precommitted-read (Jepsen): an op read a value
@@ -10,52 +11,74 @@ records, but not that one. (Its offsets are known because W is ok.)
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import numpy as np
 
-from spark_validation.anomalies import anomaly_rows
-from spark_validation.frames import TP, HistoryFrames
+from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
+from spark_validation.partition_log import (FAIL, OK, TXN, PartitionLog, distinct_rows, group_starts, join_rows,
+                                             pair_keys)
 
 
-def g1a(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    failed = h.sends.where(F.col("type") == "fail").select(*TP, "value", F.col("index").alias("writer"))
-    reads = h.reads.where(F.col("type") == "ok").select(*TP, "value", "offset", F.col("index").alias("reader"))
-    aborted = reads.join(failed, [*TP, "value"]).where(F.col("reader") != F.col("writer")).distinct()
-    return anomaly_rows(
-        aborted, "G1a", topic=F.col("topic"), partition=F.col("partition"), ops=F.array("writer", "reader"),
-        values=F.array("value"), offsets=F.array("offset"),
-        detail=F.format_string("op %d read value %d of %s-%d, which failed op %d wrote", "reader", "value",
-                               "topic", "partition", "writer"))
+def _offset(p: PartitionLog, row: int) -> int | None:
+    return int(p.offset[row]) if p.has_offset[row] else None
 
 
-def precommitted_read(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    own = (h.reads.join(h.sends.select("index", *TP, "value"), ["index", *TP, "value"], "left_semi")
-           .groupBy("index", "process", *TP).agg(F.sort_array(F.collect_set("value")).alias("vals"),
-                                                 F.sort_array(F.collect_set("offset")).alias("offs")))
-    return anomaly_rows(
-        own, "precommitted-read", topic=F.col("topic"), partition=F.col("partition"), process=F.col("process"),
-        ops=F.array("index"), values=F.col("vals"), offsets=F.col("offs"),
-        detail=F.format_string("op %d read its own uncommitted value(s) %s of %s-%d", "index",
-                               F.array_join("vals", ", "), "topic", "partition"))
+def g1a(p: PartitionLog, options: RunOptions) -> list[dict]:
+    failed = np.flatnonzero(p.is_send & (p.type == FAIL))
+    reads = np.flatnonzero(p.is_read & (p.type == OK))
+    reads = reads[np.isin(p.value[reads], p.value[failed])]
+    pairs = [(int(p.value[r]), _offset(p, r), int(p.index[r]), int(p.index[w]))
+             for r in reads.tolist() for w in failed[p.value[failed] == p.value[r]].tolist()
+             if p.index[r] != p.index[w]]
+    return [anomaly_row("G1a", f"op {reader} read value {value} of {p.where()}, which failed op {writer} wrote",
+                        topic=p.topic, partition=p.partition, ops=[writer, reader], values=[value], offsets=[offset])
+            for value, offset, reader, writer in sorted(set(pairs), key=lambda t: (t[0], t[2], t[3], t[1] or -1))]
 
 
-def g1b(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    txn_writes = (h.sends.where((F.col("f") == "txn") & (F.col("type") == "ok") & F.col("offset").isNotNull())
-                  .select(*TP, "value", "offset", F.col("index").alias("writer")))
-    reads = (h.reads.where((F.col("type") == "ok") & F.col("offset").isNotNull())
-             .select(F.col("index").alias("reader"), *TP, "value", "offset"))
-    span = reads.groupBy("reader", *TP).agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"))
-    partly_read = (reads.join(txn_writes.select(*TP, "value", "writer"), [*TP, "value"])
-                   .where(F.col("reader") != F.col("writer")).select("reader", "writer", *TP).distinct())
-    unread = (partly_read.join(txn_writes, ["writer", *TP]).join(span, ["reader", *TP])
-              .where((F.col("offset") > F.col("lo")) & (F.col("offset") < F.col("hi")))
-              .join(reads.select("reader", *TP, "value"), ["reader", *TP, "value"], "left_anti")
-              .groupBy("reader", "writer", *TP, "lo", "hi")
-              .agg(F.sort_array(F.collect_list(F.struct("offset", "value"))).alias("u")))
-    return anomaly_rows(
-        unread, "G1b", topic=F.col("topic"), partition=F.col("partition"), ops=F.array("writer", "reader"),
-        values=F.col("u.value"), offsets=F.col("u.offset"),
-        detail=F.format_string("op %d read offsets %d..%d of %s-%d, some of transaction %d's records but not "
-                               "value(s) %s", "reader", "lo", "hi", "topic", "partition", "writer",
-                               F.array_join(F.col("u.value"), ", ")))
+def precommitted_read(p: PartitionLog, options: RunOptions) -> list[dict]:
+    sends, reads = np.flatnonzero(p.is_send), np.flatnonzero(p.is_read)
+    sent, read = pair_keys(p.index[sends], p.value[sends], p.index[reads], p.value[reads])
+    own = reads[np.isin(read, sent)]
+    rows = []
+    for op in np.unique(p.index[own]).tolist():
+        these = own[p.index[own] == op]
+        values = np.unique(p.value[these]).tolist()
+        offsets = np.unique(p.offset[these][p.has_offset[these]]).tolist()
+        rows.append(anomaly_row(
+            "precommitted-read", f"op {op} read its own uncommitted value(s) {', '.join(map(str, values))} "
+                                 f"of {p.where()}",
+            topic=p.topic, partition=p.partition, process=int(p.process[these[0]]), ops=[op], values=values,
+            offsets=offsets))
+    return rows
+
+
+def g1b(p: PartitionLog, options: RunOptions) -> list[dict]:
+    writes = np.flatnonzero(p.is_send & (p.f == TXN) & (p.type == OK) & p.has_offset)
+    reads = np.flatnonzero(p.is_read & (p.type == OK) & p.has_offset)
+    r, w = join_rows(p.value[reads], p.value[writes])
+    other = p.index[reads[r]] != p.index[writes[w]]
+    pairs = distinct_rows(p.index[reads[r]][other], p.index[writes[w]][other])
+    reader, writer = p.index[reads[r]][other][pairs], p.index[writes[w]][other][pairs]
+    if len(reader) == 0:
+        return []
+    starts = group_starts(p.index[reads])  # rows are in index order
+    read_ops = p.index[reads][starts]
+    lo = np.minimum.reduceat(p.offset[reads], starts)[np.searchsorted(read_ops, reader)]
+    hi = np.maximum.reduceat(p.offset[reads], starts)[np.searchsorted(read_ops, reader)]
+    pair, w = join_rows(writer, p.index[writes])  # every write of the pair's transaction here
+    inside = (p.offset[writes[w]] > lo[pair]) & (p.offset[writes[w]] < hi[pair])
+    pair, w = pair[inside], writes[w[inside]]
+    seen, was_read = pair_keys(reader[pair], p.value[w], p.index[reads], p.value[reads])
+    unread = ~np.isin(seen, was_read)
+    pair, w = pair[unread], w[unread]
+    rows = []
+    for k in np.unique(pair).tolist():
+        these = w[pair == k]
+        these = these[np.lexsort((p.value[these], p.offset[these]))]
+        values, offsets = p.value[these].tolist(), p.offset[these].tolist()
+        rows.append(anomaly_row(
+            "G1b", f"op {reader[k]} read offsets {lo[k]}..{hi[k]} of {p.where()}, some of transaction {writer[k]}'s "
+                   f"records but not value(s) {', '.join(map(str, values))}",
+            topic=p.topic, partition=p.partition, ops=[int(writer[k]), int(reader[k])], values=values,
+            offsets=offsets))
+    return rows

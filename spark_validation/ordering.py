@@ -1,4 +1,5 @@
-"""Order: poll-skip, nonmonotonic-poll, nonmonotonic-send, send-skip and their internal variants.
+"""Order, per topic-partition: poll-skip and nonmonotonic-poll (ORD-3), nonmonotonic-send and
+send-skip (ORD-2), and their internal variants.
 
 All compare dense indices in the version order (delta = index(current) - index(previous);
 an unknown index gives delta 1, no error), as Jepsen does:
@@ -18,116 +19,161 @@ records were stored out of send order. Within one op, a skip is allowed (int-sen
 """
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from dataclasses import dataclass
 
-from spark_validation.anomalies import anomaly_rows
-from spark_validation.frames import TP, HistoryFrames
+import numpy as np
+
+from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
+from spark_validation.partition_log import (INFO, NO_IDX, OK, POLL, TXN, PartitionLog, group_ends, group_starts, lookup)
 
 
-def _per_op(mops: DataFrame) -> DataFrame:
-    return mops.groupBy("index", "process", "type", *TP).agg(
-        F.min_by("value", "seq").alias("first"), F.max_by("value", "seq").alias("last"),
-        F.min_by("idx", "seq").alias("cur_idx"), F.max_by("idx", "seq").alias("last_idx"))
+def _delta(prev_idx: np.ndarray, cur_idx: np.ndarray) -> np.ndarray:
+    return np.where((prev_idx == NO_IDX) | (cur_idx == NO_IDX), 1, cur_idx - prev_idx)
 
 
-def _process_scan(h: HistoryFrames, per_op: DataFrame, moves: Column) -> DataFrame:
-    """per_op rows with prev (the position before the op) and delta; `moves` says which ops set it."""
-    partitions = per_op.select("process", *TP).distinct()
-    candidates = h.assignment_ops.join(partitions, "process").alias("c")
-    retained = h.assignment_rows.alias("a")
-    resets = candidates.join(retained, (F.col("c.index") == F.col("a.index")) & (F.col("c.topic") == F.col("a.topic"))
-                             & (F.col("a.partition").isNull() | (F.col("c.partition") == F.col("a.partition"))),
-                             "left_anti")
-    position = F.struct(F.lit(False).alias("reset"), F.col("last").alias("value"), F.col("last_idx").alias("idx"),
-                        F.col("index").alias("op"))
-    reset = F.struct(F.lit(True).alias("reset"), F.lit(None).cast("long").alias("value"),
-                     F.lit(None).cast("int").alias("idx"), F.col("index").alias("op"))
-    events = (per_op.select("index", "process", *TP, "first", "cur_idx", F.when(moves, position).alias("position"),
-                            F.lit(True).alias("checked"))
-              .unionByName(resets.select("index", "process", *TP, F.lit(None).cast("long").alias("first"),
-                                         F.lit(None).cast("int").alias("cur_idx"), reset.alias("position"),
-                                         F.lit(False).alias("checked"))))
-    before = Window.partitionBy("process", *TP).orderBy("index").rowsBetween(Window.unboundedPreceding, -1)
-    scanned = (events.withColumn("prev", F.last("position", ignorenulls=True).over(before))
-               .where(F.col("checked") & F.col("prev").isNotNull() & ~F.col("prev.reset"))
-               .select("index", "process", *TP, "first", "cur_idx", F.col("prev.value").alias("prev_value"),
-                       F.col("prev.idx").alias("prev_idx"), F.col("prev.op").alias("prev_op")))
-    return h.with_delta(scanned)
+@dataclass
+class Steps:
+    """Pairs (previous, current) found by a scan, as parallel arrays, with delta."""
+    process: np.ndarray
+    prev_op: np.ndarray
+    op: np.ndarray
+    prev_value: np.ndarray
+    value: np.ndarray
+    prev_idx: np.ndarray
+    idx: np.ndarray
+
+    @property
+    def delta(self) -> np.ndarray:
+        return _delta(self.prev_idx, self.idx)
+
+    def where(self, keep: np.ndarray) -> "Steps":
+        return Steps(*(getattr(self, name)[keep] for name in self.__dataclass_fields__))
 
 
-def poll_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    reads = h.reads.where(F.col("f").isin("poll", "txn"))
-    scanned = _process_scan(h, _per_op(reads), F.col("type") == "ok").where(F.col("delta") != 1)
-    scanned = h.with_skipped(scanned)
-    return anomaly_rows(
-        scanned, F.when(F.col("delta") > 1, "poll-skip").otherwise("nonmonotonic-poll"),
-        violation="subscribe" not in options.sub_via, topic=F.col("topic"), partition=F.col("partition"),
-        process=F.col("process"), ops=F.array("prev_op", "index"), values=F.array("prev_value", "first"),
-        delta=F.col("delta"),
-        detail=F.format_string("process %d read value %d of %s-%d in op %d, then value %d first in op %d "
-                               "(delta %d; skipped %s)", "process", "prev_value", "topic", "partition", "prev_op",
-                               "first", "index", "delta", F.array_join(F.coalesce("skipped", F.array()), ", ")))
+def _process_scan(p: PartitionLog, rows: np.ndarray, moves: np.ndarray) -> Steps:
+    """Each op of rows (row positions, in index order) against the position before it in its
+    process; `moves` (per row) says which ops set the position. Assignments that drop the
+    partition reset it."""
+    starts = group_starts(p.index[rows])
+    first, last = rows[starts], rows[group_ends(starts, len(rows)) - 1]
+    reset_process, reset_index = p.resets
+    process = np.concatenate([p.process[first], reset_process])
+    index = np.concatenate([p.index[first], reset_index])
+    is_op = np.arange(len(index)) < len(first)
+    sets = np.concatenate([moves[first], np.ones(len(reset_index), bool)])
+    order = np.lexsort((index, process))
+    process, is_op, sets = process[order], is_op[order], sets[order]
+    event_op = order  # position among ops when is_op
+    position = np.where(sets, np.arange(len(order)), -1)
+    carried = np.maximum.accumulate(np.concatenate([[-1], position[:-1]])) if len(order) else position
+    process_start = np.repeat(group_starts(process), np.diff(np.append(group_starts(process), len(process))))
+    checked = is_op & (carried >= process_start)
+    checked[checked] &= is_op[carried[checked]]  # a reset before the op: nothing to compare with
+    now, before = event_op[checked], event_op[carried[checked]]
+    return Steps(process[checked], p.index[last[before]], p.index[first[now]], p.value[last[before]],
+                 p.value[first[now]], p.idx[last[before]], p.idx[first[now]])
 
 
-def _own_rank(h: HistoryFrames) -> DataFrame:
-    """Each value's rank among the values its writer's process sent to the partition, in log order."""
-    writers = h.writer_of.join(h.ops.select(F.col("index").alias("writer"), "process"), "writer")
-    return (h.value_index.select(*TP, "value", "idx").join(writers, [*TP, "value"])
-            .withColumn("own_rank", F.dense_rank().over(Window.partitionBy(*TP, "process").orderBy("idx")))
-            .select(*TP, "process", "value", "own_rank"))
+def _internal_scan(p: PartitionLog, rows: np.ndarray) -> Steps:
+    same_op = p.index[rows][1:] == p.index[rows][:-1]
+    prev, cur = rows[:-1][same_op], rows[1:][same_op]
+    steps = Steps(p.process[cur], p.index[cur], p.index[cur], p.value[prev], p.value[cur], p.idx[prev], p.idx[cur])
+    return steps.where(steps.delta != 1)
 
 
-def send_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    sends = h.sends.where(F.col("type").isin("ok", "info"))
-    scanned = _process_scan(h, _per_op(sends), F.lit(True)).where(F.col("delta") != 1)
-    own = _own_rank(h)
-    scanned = (scanned
-               .join(own.withColumnRenamed("value", "prev_value").withColumnRenamed("own_rank", "prev_rank"),
-                     [*TP, "process", "prev_value"], "left")
-               .join(own.withColumnRenamed("value", "first").withColumnRenamed("own_rank", "cur_rank"),
-                     [*TP, "process", "first"], "left")
-               .withColumn("own_between", F.col("cur_rank") - F.col("prev_rank") - 1)
-               .where((F.col("delta") < 1) | (F.col("own_between") > 0)))
-    return anomaly_rows(
-        scanned, F.when(F.col("delta") > 1, "send-skip").otherwise("nonmonotonic-send"),
-        topic=F.col("topic"), partition=F.col("partition"),
-        process=F.col("process"), ops=F.array("prev_op", "index"), values=F.array("prev_value", "first"),
-        delta=F.col("delta"),
-        detail=F.format_string("process %d sent value %d to %s-%d in op %d, then value %d in op %d (delta %d; "
-                               "%d of its own records from other ops between)", "process", "prev_value", "topic",
-                               "partition", "prev_op", "first", "index", "delta",
-                               F.coalesce(F.greatest("own_between", F.lit(0)), F.lit(0))))
+def _joined(values) -> str:
+    return ", ".join(map(str, values))
 
 
-def _internal_scan(h: HistoryFrames, mops: DataFrame) -> DataFrame:
-    within = Window.partitionBy("index", *TP).orderBy("seq")
-    pairs = (mops.withColumn("prev_value", F.lag("value").over(within)).withColumn("prev_idx", F.lag("idx").over(within))
-             .where(F.col("prev_value").isNotNull())
-             .select("index", "process", *TP, "prev_value", "prev_idx", F.col("value").alias("cur_value"),
-                     F.col("idx").alias("cur_idx")))
-    return h.with_delta(pairs).where(F.col("delta") != 1)
+def poll_order(p: PartitionLog, options: RunOptions) -> list[dict]:
+    reads = np.flatnonzero(p.is_read & np.isin(p.f, (POLL, TXN)))
+    steps = _process_scan(p, reads, p.type == OK)
+    steps = steps.where(steps.delta != 1)
+    rows = []
+    for i in range(len(steps.op)):
+        delta, prev_idx, idx = int(steps.delta[i]), int(steps.prev_idx[i]), int(steps.idx[i])
+        skipped = p.skipped(prev_idx, idx) if delta > 1 else []
+        rows.append(anomaly_row(
+            "poll-skip" if delta > 1 else "nonmonotonic-poll",
+            f"process {steps.process[i]} read value {steps.prev_value[i]} of {p.where()} in op {steps.prev_op[i]}, "
+            f"then value {steps.value[i]} first in op {steps.op[i]} (delta {delta}; skipped {_joined(skipped)})",
+            violation="subscribe" not in options.sub_via, topic=p.topic, partition=p.partition,
+            process=int(steps.process[i]), ops=[int(steps.prev_op[i]), int(steps.op[i])],
+            values=[int(steps.prev_value[i]), int(steps.value[i])], delta=delta))
+    return rows
 
 
-def internal_poll_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    reads = h.reads.where(F.col("f").isin("poll", "txn") & ~F.col("rebalanced"))
-    scanned = h.with_skipped(_internal_scan(h, reads))
-    return anomaly_rows(
-        scanned, F.when(F.col("delta") > 1, "int-poll-skip").otherwise("int-nonmonotonic-poll"),
-        topic=F.col("topic"), partition=F.col("partition"), process=F.col("process"), ops=F.array("index"),
-        values=F.array("prev_value", "cur_value"), delta=F.col("delta"),
-        detail=F.format_string("op %d read value %d then value %d of %s-%d (delta %d; skipped %s)", "index",
-                               "prev_value", "cur_value", "topic", "partition", "delta",
-                               F.array_join(F.coalesce("skipped", F.array()), ", ")))
+def _own_rank(p: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, writer's process, rank) per written value in the log: its rank among the values
+    its writer's process sent to the partition, in log order (dense over indices)."""
+    row, found = p.writer_of(p.vi_value)
+    value, idx, process = p.vi_value[found], p.vi_idx[found], p.process[row[found]]
+    order = np.lexsort((idx, process))
+    new = np.ones(len(order), bool)
+    new[1:] = (process[order][1:] != process[order][:-1]) | (idx[order][1:] != idx[order][:-1])
+    dense = np.cumsum(new)
+    starts = group_starts(process[order])
+    rank = np.empty(len(order), np.int64)
+    rank[order] = dense - np.repeat(dense[starts] - 1, np.diff(np.append(starts, len(order))))
+    return value, process, rank  # value is sorted (value_index order)
 
 
-def internal_send_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    scanned = _internal_scan(h, h.sends)
-    return anomaly_rows(
-        scanned, F.when(F.col("delta") > 1, "int-send-skip").otherwise("int-nonmonotonic-send"),
-        violation=F.col("delta") < 1, topic=F.col("topic"), partition=F.col("partition"),
-        process=F.col("process"), ops=F.array("index"), values=F.array("prev_value", "cur_value"),
-        delta=F.col("delta"),
-        detail=F.format_string("op %d sent value %d then value %d to %s-%d (delta %d)", "index", "prev_value",
-                               "cur_value", "topic", "partition", "delta"))
+def send_order(p: PartitionLog, options: RunOptions) -> list[dict]:
+    sends = np.flatnonzero(p.is_send & np.isin(p.type, (OK, INFO)))
+    steps = _process_scan(p, sends, np.ones(p.n, bool))
+    steps = steps.where(steps.delta != 1)
+    value, process, rank = _own_rank(p)
+
+    def rank_of(values: np.ndarray) -> np.ndarray:
+        if len(value) == 0:
+            return np.full(len(values), -1)
+        at, found = lookup(value, values)
+        return np.where(found & (process[at] == steps.process), rank[at], -1)
+
+    prev_rank, cur_rank = rank_of(steps.prev_value), rank_of(steps.value)
+    own_between = np.where((prev_rank >= 0) & (cur_rank >= 0), cur_rank - prev_rank - 1, 0)
+    keep = (steps.delta < 1) | (own_between > 0)
+    steps, own_between = steps.where(keep), own_between[keep]
+    rows = []
+    for i in range(len(steps.op)):
+        delta = int(steps.delta[i])
+        rows.append(anomaly_row(
+            "send-skip" if delta > 1 else "nonmonotonic-send",
+            f"process {steps.process[i]} sent value {steps.prev_value[i]} to {p.where()} in op {steps.prev_op[i]}, "
+            f"then value {steps.value[i]} in op {steps.op[i]} (delta {delta}; {max(int(own_between[i]), 0)} of its "
+            "own records from other ops between)",
+            topic=p.topic, partition=p.partition, process=int(steps.process[i]),
+            ops=[int(steps.prev_op[i]), int(steps.op[i])], values=[int(steps.prev_value[i]), int(steps.value[i])],
+            delta=delta))
+    return rows
+
+
+def internal_poll_order(p: PartitionLog, options: RunOptions) -> list[dict]:
+    reads = np.flatnonzero(p.is_read & np.isin(p.f, (POLL, TXN)) & ~p.rebalanced)
+    steps = _internal_scan(p, reads)
+    rows = []
+    for i in range(len(steps.op)):
+        delta = int(steps.delta[i])
+        skipped = p.skipped(int(steps.prev_idx[i]), int(steps.idx[i])) if delta > 1 else []
+        rows.append(anomaly_row(
+            "int-poll-skip" if delta > 1 else "int-nonmonotonic-poll",
+            f"op {steps.op[i]} read value {steps.prev_value[i]} then value {steps.value[i]} of {p.where()} "
+            f"(delta {delta}; skipped {_joined(skipped)})",
+            topic=p.topic, partition=p.partition, process=int(steps.process[i]), ops=[int(steps.op[i])],
+            values=[int(steps.prev_value[i]), int(steps.value[i])], delta=delta))
+    return rows
+
+
+def internal_send_order(p: PartitionLog, options: RunOptions) -> list[dict]:
+    steps = _internal_scan(p, np.flatnonzero(p.is_send))
+    rows = []
+    for i in range(len(steps.op)):
+        delta = int(steps.delta[i])
+        rows.append(anomaly_row(
+            "int-send-skip" if delta > 1 else "int-nonmonotonic-send",
+            f"op {steps.op[i]} sent value {steps.prev_value[i]} then value {steps.value[i]} to {p.where()} "
+            f"(delta {delta})",
+            violation=delta < 1, topic=p.topic, partition=p.partition, process=int(steps.process[i]),
+            ops=[int(steps.op[i])], values=[int(steps.prev_value[i]), int(steps.value[i])], delta=delta))
+    return rows

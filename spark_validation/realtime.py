@@ -1,74 +1,100 @@
-"""Real-time order of each partition log, by sort and running maximum (never a cross join).
+"""Real-time order of one partition log (ORD-1 and VIS-1), by sort and running maximum.
 
 A partition log is linearizable when its appends and reads fit one total order that
 respects real time. The offsets fix the order of appends, so the order is verified, not
 searched for. Two rules cover every way it can fail (with offsets unique, which
 inconsistent-offsets and duplicate check):
 
-- realtime-order: an append A acked before append B was invoked must have the lower
-  offset. Sorted by time (invocations before completions at the same instant), the
+- realtime-order (ORD-1): an append A acked before append B was invoked must have the
+  lower offset. Sorted by time (invocations before completions at the same instant), the
   running maximum of completed appends' offsets must stay below each new append's.
-- future-read: a read that returned offset m must come after every append at or below m,
-  so each of those must have been invoked before the read completed. Sorted by offset,
-  the running maximum of append invocation times must stay below each read's completion.
+- future-read (VIS-1): a read that returned offset m must come after every append at or
+  below m, so each of those must have been invoked before the read completed. Sorted by
+  offset, the running maximum of append invocation times must stay below each read's
+  completion.
 
 Each anomaly names the two ops that contradict each other: a minimal counterexample.
 """
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+import numpy as np
 
-from spark_validation.anomalies import anomaly_rows
-from spark_validation.frames import TP, HistoryFrames
+from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
+from spark_validation.partition_log import OK, PartitionLog, group_ends, group_starts
 
 INVOKE, COMPLETE = 0, 1  # event order at equal times: "before" is strict
-DONE_TYPE = "struct<offset:long,op:long,value:long>"
-APPEND_TYPE = "struct<invoke_ns:long,op:long,offset:long,value:long>"
 
 
-def realtime_order(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    acked = (h.sends.where((F.col("type") == "ok") & F.col("offset").isNotNull())
-             .groupBy("index", *TP).agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-                                        F.min_by("value", "offset").alias("lo_value"),
-                                        F.max_by("value", "offset").alias("hi_value"),
-                                        F.first("invoke_time_ns").alias("invoke_ns"),
-                                        F.first("time_ns").alias("complete_ns")))
-    completed = F.struct(F.col("hi").alias("offset"), F.col("index").alias("op"), F.col("hi_value").alias("value"))
-    events = (acked.select(*TP, F.col("complete_ns").alias("t"), F.lit(COMPLETE).alias("kind"),
-                           completed.alias("done"), "index", "lo", "lo_value")
-              .unionByName(acked.select(*TP, F.col("invoke_ns").alias("t"), F.lit(INVOKE).alias("kind"),
-                                        F.lit(None).cast(DONE_TYPE).alias("done"),
-                                        "index", "lo", "lo_value")))
-    so_far = Window.partitionBy(*TP).orderBy("t", "kind").rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    late = (events.withColumn("max_done", F.max("done").over(so_far))
-            .where((F.col("kind") == INVOKE) & (F.col("max_done.offset") > F.col("lo"))))
-    return anomaly_rows(
-        late, "realtime-order", topic=F.col("topic"), partition=F.col("partition"),
-        ops=F.array("max_done.op", "index"), values=F.array("max_done.value", "lo_value"),
-        offsets=F.array("max_done.offset", "lo"),
-        detail=F.format_string("op %d was acked with offset %d of %s-%d before op %d began, which got offset %d",
-                               "max_done.op", "max_done.offset", "topic", "partition", "index", "lo"))
+def _running_best(is_candidate: np.ndarray, keys: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Per event in order, the position of the greatest candidate so far (keys compared in
+    order, as a struct), -1 before the first: a window max over a sorted stream."""
+    candidates = np.flatnonzero(is_candidate)
+    by_rank = candidates[np.lexsort([k[candidates] for k in keys[::-1]])]
+    rank = np.full(len(is_candidate), -1)
+    rank[by_rank] = np.arange(len(by_rank))
+    best = np.maximum.accumulate(rank)
+    return np.where(best >= 0, by_rank[np.maximum(best, 0)] if len(by_rank) else -1, -1)
 
 
-def future_read(h: HistoryFrames, options: RunOptions) -> DataFrame:
-    invoked = h.ops.select(F.col("index").alias("writer"), F.col("invoke_time_ns").alias("invoke_ns"))
-    appends = h.version.join(h.writer_of, [*TP, "value"]).join(invoked, "writer")
-    reads = (h.reads.where(F.col("offset").isNotNull()).groupBy("index", *TP)
-             .agg(F.max("offset").alias("m"), F.first("time_ns").alias("complete_ns")))
-    append = F.struct(F.col("invoke_ns"), F.col("writer").alias("op"), F.col("offset"), F.col("value"))
-    events = (appends.select(*TP, F.col("offset").alias("position"), F.lit(0).alias("kind"), append.alias("a"),
-                             F.lit(None).cast("long").alias("index"), F.lit(None).cast("long").alias("complete_ns"))
-              .unionByName(reads.select(*TP, F.col("m").alias("position"), F.lit(1).alias("kind"),
-                                        F.lit(None).cast(APPEND_TYPE).alias("a"), "index", "complete_ns")))
-    so_far = Window.partitionBy(*TP).orderBy("position", "kind").rowsBetween(Window.unboundedPreceding,
-                                                                            Window.currentRow)
-    early = (events.withColumn("latest", F.max("a").over(so_far))
-             .where((F.col("kind") == 1) & (F.col("latest.invoke_ns") > F.col("complete_ns"))))
-    return anomaly_rows(
-        early, "future-read", topic=F.col("topic"), partition=F.col("partition"), ops=F.array("latest.op", "index"),
-        values=F.array("latest.value"), offsets=F.array("latest.offset", "position"),
-        detail=F.format_string("op %d read %s-%d up to offset %d and completed before op %d, which appended "
-                               "value %d at offset %d, was invoked", "index", "topic", "partition", "position",
-                               "latest.op", "latest.value", "latest.offset"))
+def _per_op(p: PartitionLog, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rows (in index order) sorted by (op, offset), with the first and last row of each op."""
+    rows = rows[np.lexsort((p.offset[rows], p.index[rows]))]
+    starts = group_starts(p.index[rows])
+    return rows, rows[starts], rows[group_ends(starts, len(rows)) - 1]
+
+
+def realtime_order(p: PartitionLog, options: RunOptions) -> list[dict]:
+    acked, low, high = _per_op(p, np.flatnonzero(p.is_send & (p.type == OK) & p.has_offset))
+    if len(acked) == 0:
+        return []
+    n = len(low)
+    # events: each append's completion (carrying its highest offset) and its invocation
+    t = np.concatenate([p.time_ns[low], p.invoke_ns[low]])
+    kind = np.repeat([COMPLETE, INVOKE], n)
+    order = np.lexsort((kind, t))
+    kind, op = kind[order], order % n
+    done_offset, done_op, done_value = p.offset[high][op], p.index[high][op], p.value[high][op]
+    done = _running_best(kind == COMPLETE, (done_offset, done_op, done_value))
+    late = np.flatnonzero((kind == INVOKE) & (done >= 0))
+    late = late[done_offset[done[late]] > p.offset[low][op[late]]]
+    rows = []
+    for e in late.tolist():
+        a, b = high[op[done[e]]], low[op[e]]
+        rows.append(anomaly_row(
+            "realtime-order", f"op {p.index[a]} was acked with offset {p.offset[a]} of {p.where()} before op "
+                              f"{p.index[b]} began, which got offset {p.offset[b]}",
+            topic=p.topic, partition=p.partition, ops=[int(p.index[a]), int(p.index[b])],
+            values=[int(p.value[a]), int(p.value[b])], offsets=[int(p.offset[a]), int(p.offset[b])]))
+    return rows
+
+
+def future_read(p: PartitionLog, options: RunOptions) -> list[dict]:
+    writer, found = p.writer_of(p.log_value)
+    appended = np.flatnonzero(found)  # log entries with a writer
+    writer = writer[found]
+    reads, _, highest = _per_op(p, np.flatnonzero(p.is_read & p.has_offset))
+    if len(appended) == 0 or len(reads) == 0:
+        return []
+    n = len(appended)
+    # events: appends at their offset, then reads at the highest offset they returned
+    position = np.concatenate([p.log_offset[appended], p.offset[highest]])
+    kind = np.repeat([0, 1], [n, len(highest)])
+    order = np.lexsort((kind, position))
+    kind, position = kind[order], position[order]
+    keys = tuple(np.concatenate([a, np.zeros(len(highest), np.int64)])[order]
+                 for a in (p.invoke_ns[writer], p.index[writer], p.log_offset[appended], p.log_value[appended]))
+    latest = _running_best(kind == 0, keys)
+    early = np.flatnonzero((kind == 1) & (latest >= 0))
+    read_row = highest[order[early] - n]
+    early_now = p.invoke_ns[writer][order[latest[early]]] > p.time_ns[read_row]
+    rows = []
+    for e, r in zip(early[early_now].tolist(), read_row[early_now].tolist()):
+        a = order[latest[e]]
+        op, value, offset = int(p.index[writer[a]]), int(p.log_value[appended[a]]), int(p.log_offset[appended[a]])
+        rows.append(anomaly_row(
+            "future-read", f"op {p.index[r]} read {p.where()} up to offset {position[e]} and completed before op "
+                           f"{op}, which appended value {value} at offset {offset}, was invoked",
+            topic=p.topic, partition=p.partition, ops=[op, int(p.index[r])], values=[value],
+            offsets=[offset, int(position[e])]))
+    return rows

@@ -7,6 +7,7 @@ directory, warnings only. A cluster master (`spark://...`) gets the same SQL set
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 from pyspark.sql import SparkSession
@@ -23,6 +24,7 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -
     local_dir = tempfile.mkdtemp(prefix="kspec-spark-")
     # The JVM reads driver memory only at launch, so it must be set before the first session.
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {DRIVER_MEMORY} pyspark-shell")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the checks run in workers: same numpy and pyarrow
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)
