@@ -1,14 +1,16 @@
 """Single-node throughput: confluent-kafka against `kspec broker`, and librdkafka's mock cluster as a peer.
 
 Prints, for 1 KiB and 100-byte records (acks=1, linger.ms=5, batch.size 1 MB), the median
-(p50) of several repetitions, since a shared 2-core machine is noisy:
+(p50) of several repetitions with their range in MB/s, since a shared 2-core machine is noisy:
 
 - produce: a confluent-kafka Producer sending to kspec;
 - consume: a confluent-kafka Consumer reading it back with the lightest loop the client
   allows (`consume()` in batches of 10k, one C call each, counting messages without
   touching their values), so the figure is as little as possible the Python loop's. It is
   timed from the first message: librdkafka spends about half a second before its first
-  Fetch (coordinator and offset lookups), which would otherwise dominate a 256 MB read;
+  Fetch (coordinator and offset lookups), which would otherwise dominate a 256 MB read.
+  fetch.queue.backoff.ms is 10: at librdkafka's default a full client queue stops fetching
+  for a whole second, and the figure swung between runs with when that happened;
 - fetch: a raw Fetch loop (kspec's own codec, one request in flight, records counted from
   the batch headers, nothing decoded): what the broker can serve when the client costs
   almost nothing. librdkafka parses every record, and on 2 cores it shares the CPU with
@@ -47,6 +49,7 @@ CONSUME_BATCH = 10_000  # messages asked of Consumer.consume per call: well belo
 FETCH_VERSION = 12  # the last Fetch version that names topics (v13+ use topic ids)
 FETCH_MAX_BYTES = 52_428_800  # the consumers' fetch.max.bytes
 PARTITION_FETCH_MAX_BYTES = 10_485_760  # and max.partition.fetch.bytes
+FETCH_QUEUE_BACKOFF_MS = 10  # librdkafka's default (1000) stops fetching for a second whenever its queue is full
 TIME_LIMIT_S = 600  # per produce, consume or fetch
 
 
@@ -89,7 +92,8 @@ def consume(bootstrap: str, topic: str, count: int) -> tuple[float, int]:
     """(seconds, records) for a confluent-kafka Consumer reading `count` records from the
     beginning, timed from the first message it returns (so without the client's start-up)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                         "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_FETCH_MAX_BYTES})
+                         "fetch.max.bytes": FETCH_MAX_BYTES, "max.partition.fetch.bytes": PARTITION_FETCH_MAX_BYTES,
+                         "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     seen = timed = 0
     started = deadline = time.perf_counter() + TIME_LIMIT_S
@@ -200,8 +204,9 @@ def main() -> None:
                         seconds, count = produce(mock.bootstrap, topic, record_bytes, size)
                         rates["mock produce"].append(count / seconds)
                     p50 = {name: statistics.median(runs) for name, runs in rates.items()}
-                    figures = " | ".join(f"{name} {rate * record_bytes / 1e6:6.1f} MB/s {rate:8.0f} rec/s"
-                                         for name, rate in p50.items())
+                    figures = " | ".join(f"{name} {p50[name] * record_bytes / 1e6:.1f} MB/s "
+                                         f"({min(runs) * record_bytes / 1e6:.0f}-{max(runs) * record_bytes / 1e6:.0f}) "
+                                         f"{p50[name]:.0f} rec/s" for name, runs in rates.items())
                     print(f"{record_bytes:5d} B records, {size >> 20} MB, p50 of {args.repeats}: {figures} | "
                           f"kspec/mock produce ratio {p50['produce'] / p50['mock produce']:.2f}", flush=True)
             served = 0
