@@ -271,11 +271,36 @@ class ClusterBroker(Broker):
                 "isr_nodes": list(registration.isr),
                 "offline_replicas": [r for r in registration.replicas if r not in alive]}
 
+    # ------------------------------------------------------------ coordinators
+
+    def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                              configs: dict[str, str], now_ms: int) -> None:
+        """Ask the shell to create an internal topic through the active controller."""
+        if name not in self.image.topics_by_name:
+            self.wanted_internal_topics[name] = (num_partitions, replication_factor, configs)
+
+    def led_partitions(self, topic: str) -> dict[int, tuple[int, bool]]:
+        led = {}
+        for topic_partition, replica in self.partitions.items():
+            if topic_partition.topic == topic and replica.role is Role.LEADER:
+                led[topic_partition.partition] = (replica.leader_epoch,
+                                                  replica.high_watermark >= replica.log.log_end_offset)
+        return led
+
+    def partition_leader(self, topic: str, index: int) -> tuple[int, str, int] | None:
+        topic_id = self.controller.topic_ids.get(topic)
+        registration = self.controller.topics[topic_id].partitions.get(index) if topic_id else None
+        if registration is None or registration.leader == NO_LEADER:
+            return None
+        address = self.broker_address(registration.leader)
+        return (registration.leader, *address) if address else None
+
     # ------------------------------------------------------------ data
 
     def replica(self, topic_partition: TopicPartition) -> PartitionReplica:
         if topic_partition not in self.partitions:
-            if topic_partition.topic in self.image.topics_by_name:
+            topic_id = self.controller.topic_ids.get(topic_partition.topic)
+            if topic_id is not None and topic_partition.partition in self.controller.topics[topic_id].partitions:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"no replica of {topic_partition} here")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
         return self.partitions[topic_partition]
