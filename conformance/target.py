@@ -142,8 +142,18 @@ class Target:
         return name
 
     def wait_for_leaders(self, wire: WireClient, topic: str, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
-        """Waits until Metadata shows a leader for every partition of topic; returns the partition count."""
+        """Waits until every broker's Metadata shows a leader for every partition of topic (in a
+        cluster, brokers learn of a new topic at their own pace, so a test waits as Kafka's own
+        tests do for metadata to propagate); returns the partition count."""
         deadline = time.monotonic() + timeout_s
+        count = self._wait_for_leaders_on(wire, topic, deadline)
+        for broker in self.capabilities.brokers:
+            if broker.address != self.first_address:
+                with self.wire(broker.address) as other:
+                    self._wait_for_leaders_on(other, topic, deadline)
+        return count
+
+    def _wait_for_leaders_on(self, wire: WireClient, topic: str, deadline: float) -> int:
         while True:
             metadata = self._metadata(wire, topic, auto_create=False)
             found = metadata.topics[0] if metadata.topics else None
@@ -151,8 +161,7 @@ class Target:
                     and all(p.leader_id >= 0 for p in found.partitions)):
                 return len(found.partitions)
             if time.monotonic() > deadline:
-                raise TopicSetupFailed(f"topic {topic} has no leader for every partition after {timeout_s:.0f} s: "
-                                       f"{found!r}")
+                raise TopicSetupFailed(f"topic {topic} has no leader for every partition in time: {found!r}")
             time.sleep(POLL_INTERVAL_S)
 
     def leader_wire(self, topic: str, partition: int = 0) -> WireClient:
