@@ -18,6 +18,9 @@ Prints, for 1 KiB and 100-byte records (acks=1, linger.ms=5, batch.size 1 MB), t
 - mock produce: the same producer against librdkafka's mock cluster in the same run (its
   consume drops old data, so produce only), and kspec's produce as a ratio to it.
 
+The broker's CPU seconds per GB produced, consumed and fetched are printed too: unlike the
+rates they hardly depend on what else the machine is doing.
+
 Then it writes a multi-GB log of 1 KiB records, reads it all back, and prints the broker's
 peak RSS (VmHWM) with its current anonymous and file-backed parts (RssAnon, RssFile).
 
@@ -169,6 +172,20 @@ def _read_exactly(connection: socket.socket, size: int) -> memoryview:
     return buffer
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def _add_cpu(runs: list[float], pid: int, since_s: float, data_bytes: int) -> float:
+    """Append the CPU seconds per GB used since `since_s`; return the CPU time now."""
+    now_s = cpu_seconds(pid)
+    runs.append((now_s - since_s) / (data_bytes / 1e9))
+    return now_s
+
+
 def rss_mb(pid: int) -> dict[str, float]:
     """VmHWM (peak), RssAnon and RssFile of a process, in MB."""
     figures = {}
@@ -193,14 +210,19 @@ def main() -> None:
                 for record_bytes in (1024, 100):
                     size = args.mb * 1024 * 1024 // (1 if record_bytes == 1024 else 4)
                     rates = {"produce": [], "consume": [], "fetch": [], "mock produce": []}  # records/s
+                    cpu = {"produce": [], "consume": [], "fetch": []}  # broker CPU seconds per GB
                     for repeat in range(args.repeats):
                         topic = f"bench-{record_bytes}-{repeat}"
                         create_topic(bootstrap, topic)
+                        cpu_s = cpu_seconds(broker.pid)
                         seconds, count = produce(bootstrap, topic, record_bytes, size)
                         rates["produce"].append(count / seconds)
+                        cpu_s = _add_cpu(cpu["produce"], broker.pid, cpu_s, count * record_bytes)
                         seconds, timed = consume(bootstrap, topic, count)
                         rates["consume"].append(timed / seconds)
+                        cpu_s = _add_cpu(cpu["consume"], broker.pid, cpu_s, count * record_bytes)
                         rates["fetch"].append(count / fetch(bootstrap, topic, count))
+                        _add_cpu(cpu["fetch"], broker.pid, cpu_s, count * record_bytes)
                         seconds, count = produce(mock.bootstrap, topic, record_bytes, size)
                         rates["mock produce"].append(count / seconds)
                     p50 = {name: statistics.median(runs) for name, runs in rates.items()}
@@ -209,6 +231,8 @@ def main() -> None:
                                          f"{p50[name]:.0f} rec/s" for name, runs in rates.items())
                     print(f"{record_bytes:5d} B records, {size >> 20} MB, p50 of {args.repeats}: {figures} | "
                           f"kspec/mock produce ratio {p50['produce'] / p50['mock produce']:.2f}", flush=True)
+                    print(f"{record_bytes:5d} B records, broker CPU seconds per GB, p50: " + " | ".join(
+                        f"{name} {statistics.median(runs):.2f}" for name, runs in cpu.items()), flush=True)
             served = 0
             topic = "bench-rss"
             create_topic(bootstrap, topic)
