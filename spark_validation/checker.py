@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -138,7 +137,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             seconds[check] = round(time.monotonic() - t0, 3)
         else:
             edges = pa.concat_tables(found.get(EDGES, [])) if found.get(EDGES) else cycles.EDGE_SCHEMA.empty_table()
-            cycle_list = cycles.find_cycles(_unique_wr(edges), _op_table(parquet_path))
+            cycle_list = cycles.find_cycles(edges, _op_table(parquet_path))
             rows_found = cycles.cycle_rows(cycle_list, options)
             seconds[check] = round(time.monotonic() - t0 + sum(_seconds(results, EDGES)), 3)
         rows.extend(rows_found)
@@ -177,15 +176,6 @@ def _seconds(results: pa.Table, check: str) -> list[float]:
 def _sorted_rows(rows: list[dict]) -> list[dict]:
     """Rows in a fixed order (partitions arrive in any order): by partition, then as the check listed them."""
     return sorted(rows, key=lambda r: (r["topic"] or "", r["partition"] if r["partition"] is not None else -1))
-
-
-def _unique_wr(edges: pa.Table) -> pa.Table:
-    """One wr edge per (writer, reader) pair, the one of the lowest partition, across partitions."""
-    edges = edges.sort_by([(c, "ascending") for c in ("src", "dst", "kind", "topic", "partition", "src_value")])
-    src, dst, kind = (edges.column(c).to_numpy() for c in ("src", "dst", "kind"))
-    repeat = np.zeros(len(src), bool)
-    repeat[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1]) & (kind[1:] == kind[:-1]) & (kind[1:] == cycles.WR)
-    return edges.filter(pa.array(~repeat))
 
 
 def _op_table(parquet_path: Path) -> pa.Table:

@@ -81,7 +81,7 @@ def dependency_edges(p: PartitionLog) -> pa.Table:
 
 
 def realtime_edges(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """rt edges (src, dst) as op indices: a transitive reduction of ok-completion-before-invocation.
+    """rt edges (src, dst) as positions in ops: a transitive reduction of ok-completion-before-invocation.
 
     X precedes B when X completed ok before B was invoked, and no ok op Y was invoked after
     X completed and completed before B was invoked (then X -> Y -> B). So X precedes every
@@ -90,22 +90,21 @@ def realtime_edges(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     predecessors are one run of the ok ops sorted by completion.
     """
     assert ops.column("invoke_time_ns").null_count == 0, "every op needs its invocation time"
-    index = ops.column("index").to_numpy()
     invoke_ns = ops.column("invoke_time_ns").to_numpy()
-    ok = pc.equal(ops.column("type"), "ok").to_numpy(zero_copy_only=False)
-    ok_index, ok_invoke, ok_complete = index[ok], invoke_ns[ok], ops.column("time_ns").to_numpy()[ok]
-    by_complete = np.argsort(ok_complete, kind="stable")
-    ok_index, ok_invoke, ok_complete = ok_index[by_complete], ok_invoke[by_complete], ok_complete[by_complete]
-    by_invoke = np.argsort(ok_invoke, kind="stable")
+    ok = np.flatnonzero(pc.equal(ops.column("type"), "ok").to_numpy(zero_copy_only=False))
+    ok = ok[np.argsort(ops.column("time_ns").to_numpy()[ok], kind="stable")]  # by completion
+    ok_complete = ops.column("time_ns").to_numpy()[ok]
+    ok_invoke = np.sort(invoke_ns[ok])
     # earliest completion among ok ops invoked strictly after each time, by suffix minimum
-    suffix_min = np.minimum.accumulate(np.append(ok_complete[by_invoke], np.iinfo(np.int64).max)[::-1])[::-1]
-    expiry = suffix_min[np.searchsorted(ok_invoke[by_invoke], ok_complete, "right")]
-    hi = np.searchsorted(ok_complete, invoke_ns, "left")          # completed strictly before B's invocation
-    lo = np.searchsorted(expiry, invoke_ns, "left")                # not expired: expiry >= B's invocation
+    by_invoke = ops.column("time_ns").to_numpy()[ok][np.argsort(invoke_ns[ok], kind="stable")]
+    suffix_min = np.minimum.accumulate(np.append(by_invoke, np.iinfo(np.int64).max)[::-1])[::-1]
+    expiry = suffix_min[np.searchsorted(ok_invoke, ok_complete, "right")]
+    hi = np.searchsorted(ok_complete, invoke_ns, "left")  # completed strictly before B's invocation
+    lo = np.searchsorted(expiry, invoke_ns, "left")       # not expired: expiry >= B's invocation
     counts = np.maximum(hi - lo, 0)
-    dst = np.repeat(index, counts)
-    within = np.arange(len(dst)) - np.repeat(np.cumsum(counts) - counts, counts)
-    return ok_index[np.repeat(lo, counts) + within], dst
+    dst = np.repeat(np.arange(len(invoke_ns), dtype=np.int32), counts)
+    src = ok[np.arange(len(dst)) + np.repeat(lo - (np.cumsum(counts) - counts), counts)]
+    return src.astype(np.int32), dst
 
 
 @dataclass(frozen=True)
@@ -143,26 +142,34 @@ def cycle_name(kinds: list[int]) -> str:
 
 
 def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
-    """One cycle per strongly connected component and anomaly name."""
-    # a fixed edge order, so the cycles reported do not depend on the order partitions arrive in
-    edges = edges.sort_by([(c, "ascending") for c in ("src", "dst", "kind", "topic", "partition", "src_value",
-                                                      "dst_value")])
-    rt_src, rt_dst = realtime_edges(ops)
-    src = np.concatenate([edges.column("src").to_numpy(), rt_src])
-    dst = np.concatenate([edges.column("dst").to_numpy(), rt_dst])
-    kind = np.concatenate([edges.column("kind").to_numpy().astype(np.int8), np.full(len(rt_src), RT, np.int8)])
+    """One cycle per strongly connected component and anomaly name.
+
+    edges: every partition's dependency edges (EDGE_SCHEMA, any order); ops: every client
+    op's completion (index, type, invoke_time_ns, time_ns) in index order.
+    """
+    op_index = ops.column("index").to_numpy()
+    vertex_of = np.full(int(op_index[-1]) + 1 if len(op_index) else 0, -1, np.int32)  # op index -> position
+    vertex_of[op_index] = np.arange(len(op_index), dtype=np.int32)
+    dep_u, dep_v = vertex_of[edges.column("src").to_numpy()], vertex_of[edges.column("dst").to_numpy()]
+    assert (dep_u >= 0).all() and (dep_v >= 0).all(), "an edge names an op the history lacks"
+    rt_u, rt_v = realtime_edges(ops)
+    component = _strong_components(len(op_index), np.concatenate([dep_u, rt_u]), np.concatenate([dep_v, rt_v]))
+    # every cycle lies inside one component: the edges between components are never needed
+    dependency = _in_order(edges.filter(pa.array(component[dep_u] == component[dep_v])))
+    rt = component[rt_u] == component[rt_v]
+    src = np.concatenate([dependency.column("src").to_numpy(), op_index[rt_u[rt]]])
+    dst = np.concatenate([dependency.column("dst").to_numpy(), op_index[rt_v[rt]]])
+    kind = np.concatenate([dependency.column("kind").to_numpy().astype(np.int8), np.full(int(rt.sum()), RT, np.int8)])
     vertices, endpoints = np.unique(np.concatenate([src, dst]), return_inverse=True)
     u, v = endpoints[:len(src)], endpoints[len(src):]
     n = len(vertices)
-    component = _strong_components(n, u, v, np.ones(len(u), bool))
-    # every cycle lies inside one component: the edges between components are never needed
-    inside = np.flatnonzero(component[u] == component[v])
-    u, v, kind, edge_id = u[inside], v[inside], kind[inside], inside
+    component = component[vertex_of[vertices]]
+    evidence = {c: dependency.column(c).to_pylist() for c in ("topic", "partition", "src_value", "dst_value")}
     cycles: list[Cycle] = []
     seen: set[tuple[int, str]] = set()
     for required, allowed in SEARCHES:
         mask = np.isin(kind, allowed)
-        labels = _strong_components(n, u, v, mask)
+        labels = _strong_components(n, u[mask], v[mask])
         sizes = np.bincount(labels, minlength=n)
         candidates = np.flatnonzero((kind == required) & (labels[u] == labels[v]) & (sizes[labels[u]] > 1))
         if len(candidates) == 0:
@@ -177,20 +184,31 @@ def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
             if (component[u[e]], name) in seen or (component[u[e]], plain) in seen:
                 continue  # a realtime variant only where the plain cycle was not found
             seen.add((component[u[e]], name))
-            cycles.append(Cycle(name, tuple(_step(int(edge_id[i]), vertices[u[i]], vertices[v[i]], int(kind[i]),
-                                                  edges) for i in steps)))
+            cycles.append(Cycle(name, tuple(_step(i, vertices[u[i]], vertices[v[i]], int(kind[i]), evidence)
+                                            for i in steps)))
     return cycles
 
 
-def _step(edge_id: int, src: int, dst: int, kind: int, edges: pa.Table) -> dict:
+def _in_order(edges: pa.Table) -> pa.Table:
+    """Edges in a fixed order, so the cycles reported do not depend on the order partitions
+    arrive in, with one wr edge per (writer, reader) pair: the one of the lowest partition."""
+    edges = edges.sort_by([(c, "ascending") for c in ("src", "dst", "kind", "topic", "partition", "src_value",
+                                                      "dst_value")])
+    src, dst, kind = (edges.column(c).to_numpy() for c in ("src", "dst", "kind"))
+    repeat = np.zeros(len(src), bool)
+    repeat[1:] = (src[1:] == src[:-1]) & (dst[1:] == dst[:-1]) & (kind[1:] == kind[:-1]) & (kind[1:] == WR)
+    return edges.filter(pa.array(~repeat)).combine_chunks()
+
+
+def _step(i: int, src: int, dst: int, kind: int, evidence: dict[str, list]) -> dict:
     step = {"src": int(src), "dst": int(dst), "kind": kind}
-    for column in ("topic", "partition", "src_value", "dst_value"):
-        step[column] = edges.column(column)[edge_id].as_py() if edge_id < edges.num_rows else None
+    for column, values in evidence.items():
+        step[column] = values[i] if i < len(values) else None
     return step
 
 
-def _strong_components(n: int, u: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    graph = csr_matrix((np.ones(int(mask.sum()), np.int8), (u[mask], v[mask])), shape=(n, n))
+def _strong_components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    graph = csr_matrix((np.ones(len(u), np.int8), (u, v)), shape=(n, n))
     return connected_components(graph, directed=True, connection="strong")[1]
 
 

@@ -13,13 +13,13 @@ import numpy as np
 
 from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
-from spark_validation.partition_log import OK, PartitionLog, distinct_rows, group_starts
+from spark_validation.partition_log import OK, PartitionLog, distinct_rows, group_starts, member
 
 EVIDENCE_VALUES_MAX = 1024  # unseen values listed per partition; the count is exact
 
 
 def lost_write(p: PartitionLog, options: RunOptions) -> list[dict]:
-    read = np.isin(p.vi_value, p.ok_read_values)
+    read = member(p.ok_read_values, p.vi_value)
     if not read.any():
         return []
     top = np.lexsort((p.vi_value[read], p.vi_first_idx[read]))[-1]
@@ -43,7 +43,7 @@ def lost_write(p: PartitionLog, options: RunOptions) -> list[dict]:
 
 def unseen(p: PartitionLog, options: RunOptions) -> list[dict]:
     acked = np.flatnonzero(p.is_send & (p.type == OK))
-    missing = acked[~np.isin(p.value[acked], p.ok_read_values)]
+    missing = acked[~member(p.ok_read_values, p.value[acked])]
     if len(missing) == 0:
         return []
     offsets = p.offset[missing]
@@ -59,7 +59,7 @@ def unseen(p: PartitionLog, options: RunOptions) -> list[dict]:
 
 def phantom_read(p: PartitionLog, options: RunOptions) -> list[dict]:
     reads = np.flatnonzero(p.is_read)
-    phantoms = reads[~np.isin(p.value[reads], p.wo_value)]
+    phantoms = reads[~member(p.wo_value, p.value[reads])]
     rows = []
     for value in np.unique(p.value[phantoms]).tolist():
         these = phantoms[p.value[phantoms] == value]

@@ -16,7 +16,7 @@ import numpy as np
 from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
 from spark_validation.partition_log import (FAIL, OK, TXN, PartitionLog, distinct_rows, group_starts, join_rows,
-                                             pair_keys)
+                                             member, sorted_unique)
 
 
 def _offset(p: PartitionLog, row: int) -> int | None:
@@ -26,7 +26,7 @@ def _offset(p: PartitionLog, row: int) -> int | None:
 def g1a(p: PartitionLog, options: RunOptions) -> list[dict]:
     failed = np.flatnonzero(p.is_send & (p.type == FAIL))
     reads = np.flatnonzero(p.is_read & (p.type == OK))
-    reads = reads[np.isin(p.value[reads], p.value[failed])]
+    reads = reads[member(sorted_unique(p.value[failed]), p.value[reads])]
     pairs = [(int(p.value[r]), _offset(p, r), int(p.index[r]), int(p.index[w]))
              for r in reads.tolist() for w in failed[p.value[failed] == p.value[r]].tolist()
              if p.index[r] != p.index[w]]
@@ -37,8 +37,8 @@ def g1a(p: PartitionLog, options: RunOptions) -> list[dict]:
 
 def precommitted_read(p: PartitionLog, options: RunOptions) -> list[dict]:
     sends, reads = np.flatnonzero(p.is_send), np.flatnonzero(p.is_read)
-    sent, read = pair_keys(p.index[sends], p.value[sends], p.index[reads], p.value[reads])
-    own = reads[np.isin(read, sent)]
+    sent = sorted_unique(p.op_value_key(p.op_code[sends], p.value_code[sends]))
+    own = reads[member(sent, p.op_value_key(p.op_code[reads], p.value_code[reads]))]
     rows = []
     for op in np.unique(p.index[own]).tolist():
         these = own[p.index[own] == op]
@@ -58,7 +58,8 @@ def g1b(p: PartitionLog, options: RunOptions) -> list[dict]:
     r, w = join_rows(p.value[reads], p.value[writes])
     other = p.index[reads[r]] != p.index[writes[w]]
     pairs = distinct_rows(p.index[reads[r]][other], p.index[writes[w]][other])
-    reader, writer = p.index[reads[r]][other][pairs], p.index[writes[w]][other][pairs]
+    reader_row, writer = reads[r][other][pairs], p.index[writes[w]][other][pairs]
+    reader = p.index[reader_row]
     if len(reader) == 0:
         return []
     starts = group_starts(p.index[reads])  # rows are in index order
@@ -68,8 +69,8 @@ def g1b(p: PartitionLog, options: RunOptions) -> list[dict]:
     pair, w = join_rows(writer, p.index[writes])  # every write of the pair's transaction here
     inside = (p.offset[writes[w]] > lo[pair]) & (p.offset[writes[w]] < hi[pair])
     pair, w = pair[inside], writes[w[inside]]
-    seen, was_read = pair_keys(reader[pair], p.value[w], p.index[reads], p.value[reads])
-    unread = ~np.isin(seen, was_read)
+    was_read = sorted_unique(p.op_value_key(p.op_code[reads], p.value_code[reads]))
+    unread = ~member(was_read, p.op_value_key(p.op_code[reader_row[pair]], p.value_code[w]))
     pair, w = pair[unread], w[unread]
     rows = []
     for k in np.unique(pair).tolist():

@@ -87,7 +87,7 @@ def _joined(values) -> str:
 
 
 def poll_order(p: PartitionLog, options: RunOptions) -> list[dict]:
-    reads = np.flatnonzero(p.is_read & np.isin(p.f, (POLL, TXN)))
+    reads = np.flatnonzero(p.is_read & ((p.f == POLL) | (p.f == TXN)))
     steps = _process_scan(p, reads, p.type == OK)
     steps = steps.where(steps.delta != 1)
     rows = []
@@ -120,7 +120,7 @@ def _own_rank(p: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def send_order(p: PartitionLog, options: RunOptions) -> list[dict]:
-    sends = np.flatnonzero(p.is_send & np.isin(p.type, (OK, INFO)))
+    sends = np.flatnonzero(p.is_send & ((p.type == OK) | (p.type == INFO)))
     steps = _process_scan(p, sends, np.ones(p.n, bool))
     steps = steps.where(steps.delta != 1)
     value, process, rank = _own_rank(p)
@@ -150,7 +150,7 @@ def send_order(p: PartitionLog, options: RunOptions) -> list[dict]:
 
 
 def internal_poll_order(p: PartitionLog, options: RunOptions) -> list[dict]:
-    reads = np.flatnonzero(p.is_read & np.isin(p.f, (POLL, TXN)) & ~p.rebalanced)
+    reads = np.flatnonzero(p.is_read & ((p.f == POLL) | (p.f == TXN)) & ~p.rebalanced)
     steps = _internal_scan(p, reads)
     rows = []
     for i in range(len(steps.op)):

@@ -83,14 +83,15 @@ def join_rows(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return i, order[np.repeat(lo, counts) + within]
 
 
-def pair_keys(a: np.ndarray, b: np.ndarray, *more: np.ndarray) -> list[np.ndarray]:
-    """One int64 key per (a, b) pair, equal exactly when both are, for a and each further (a, b)."""
-    firsts = np.concatenate([a, *more[0::2]])
-    seconds = np.concatenate([b, *more[1::2]])
-    _, a_code = np.unique(firsts, return_inverse=True)
-    _, b_code = np.unique(seconds, return_inverse=True)
-    keys = a_code.astype(np.int64) * (int(b_code.max(initial=0)) + 1) + b_code
-    return np.split(keys, np.cumsum([len(a), *map(len, more[0::2])])[:-1])
+def sorted_unique(x: np.ndarray) -> np.ndarray:
+    """The distinct values of x, ascending (by sorting: numpy's hash-based unique is slower here)."""
+    s = np.sort(x)
+    return s[np.append(True, s[1:] != s[:-1])] if len(s) else s
+
+
+def member(sorted_keys: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Whether each x is one of sorted unique keys."""
+    return lookup(sorted_keys, x)[1]
 
 
 class PartitionLog:
@@ -110,14 +111,14 @@ class PartitionLog:
         self.is_read = ~self.is_send
         self.has_offset = self.offset != NO_OFFSET
         ok = self.type == OK
-        self.ok_read_values = np.unique(self.value[self.is_read & ok])
-        committed = self.is_send & (ok | ((self.type == INFO) & np.isin(self.index, proven_ops)))
+        self.ok_read_values = sorted_unique(self.value[self.is_read & ok])
+        committed = self.is_send & (ok | ((self.type == INFO) & member(proven_ops, self.index)))
         self.committed = committed
 
         in_log = np.flatnonzero((self.is_read | committed) & self.has_offset)
         log = in_log[distinct_rows(self.offset[in_log], self.value[in_log])]
         self.log_offset, self.log_value = self.offset[log], self.value[log]  # sorted by (offset, value)
-        self.slots = np.unique(self.log_offset)
+        self.slots = self.log_offset[group_starts(self.log_offset)]
         self.log_idx = np.searchsorted(self.slots, self.log_offset)
 
         by_value = np.lexsort((self.log_idx, self.log_value))
@@ -137,6 +138,14 @@ class PartitionLog:
         first_send = first_send[group_starts(self.value[first_send])]
         self.wo_value, self.wo_row = self.value[first_send], first_send  # the writer's row: index, process, invoke
 
+        # (op, value) pairs as one int64 key: op codes count ops in row order, value codes rank values
+        self.op_code = np.cumsum(np.append(True, self.index[1:] != self.index[:-1])[:self.n]) - 1
+        self.values = sorted_unique(self.value)
+        self.value_code = np.searchsorted(self.values, self.value)
+
+    def op_value_key(self, op_code: np.ndarray, value_code: np.ndarray) -> np.ndarray:
+        return op_code * len(self.values) + value_code
+
     def writer_of(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row of the writer's send, found) per value."""
         at, found = lookup(self.wo_value, values)
@@ -144,7 +153,7 @@ class PartitionLog:
 
     def value_offsets(self, value: int) -> list[int]:
         """The distinct offsets the log holds value at, ascending."""
-        return np.unique(self.log_offset[self.log_value == value]).tolist()
+        return sorted_unique(self.log_offset[self.log_value == value]).tolist()
 
     def skipped(self, prev_idx: int, cur_idx: int) -> list[int]:
         """The values at the dense indices strictly between two."""
