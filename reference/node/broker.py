@@ -237,6 +237,27 @@ class Broker:
         return EpochEndOffset(ErrorCode.NONE, partition.leader_epoch, partition.log.log_end_offset)
 
 
+    # -- coordinators (reference/handlers/groups.py) ------------------------------------
+
+    def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                              configs: dict[str, str], now_ms: int) -> None:
+        """An internal topic for a coordinator (offsets.topic.replication.factor is capped
+        by the live brokers: one here)."""
+        if name not in self.image.topics_by_name:
+            self.create_topic(name, num_partitions, min(replication_factor, self.live_broker_count), configs,
+                              validate_only=False, now_ms=now_ms)
+
+    def led_partitions(self, topic: str) -> dict[int, tuple[int, bool]]:
+        """The partitions of `topic` this node leads: index -> (leader epoch, ready to load),
+        ready once every record in the log is committed (high watermark at the log end)."""
+        if topic not in self.image.topics_by_name:
+            return {}
+        return {index: (0, True) for index in range(self.image.topics_by_name[topic].partition_count)}
+
+    def partition_leader(self, topic: str, index: int) -> tuple[int, str, int] | None:
+        """(node id, host, port) of the partition's leader, None while it has none."""
+        return (self.config.node_id, *self.config.advertised) if topic in self.image.topics_by_name else None
+
     def partition(self, topic_partition: TopicPartition) -> PartitionState:
         if topic_partition not in self.partitions:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))

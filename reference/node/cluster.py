@@ -70,6 +70,7 @@ class ClusterBroker(Broker):
         self.incarnation_id = str(uuid.uuid4())
         self.registered = False  # our RegisterBrokerRecord is committed
         self.pending_records: list[dict] = []  # the active controller's records for the shell to commit
+        self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}  # for the shell to create
         self.appended: set[TopicPartition] = set()
         self.changed: set[TopicPartition] = set()  # HW or role moved: wake acks=all waiters
         self._dirty: set[TopicPartition] = set()
@@ -92,7 +93,7 @@ class ClusterBroker(Broker):
     # ------------------------------------------------------------ the controller quorum
 
     def api_versions(self) -> dict:
-        return CLUSTER_API_VERSIONS  # without the coordinator APIs, which do not follow leadership yet
+        return CLUSTER_API_VERSIONS  # without the transaction APIs, whose coordinator does not follow leadership yet
 
     @property
     def controller_id(self) -> int:

@@ -56,18 +56,16 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 REFUSED_VERSIONS: dict[ApiKey, range] = {ApiKey.PRODUCE: range(0, 3)}
 
 
-# The coordinator APIs (consumer groups, transactions). Their coordinators keep state in internal
-# topics; in a replicated cluster they do not yet move with those topics' partition leaders, so a
-# cluster node leaves them out of ApiVersions rather than advertise what it cannot serve.
-COORDINATOR_APIS = frozenset({
-    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT,
-    ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS,
-    ApiKey.OFFSET_DELETE, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
+# The transaction APIs. Their coordinator keeps state in `__transaction_state` and writes markers
+# in-process; in a replicated cluster it does not yet move with that topic's partition leaders or
+# send markers to other brokers, so a cluster node leaves them out of ApiVersions rather than
+# advertise what it cannot serve. (Group coordination follows leadership: reference/handlers/groups.py.)
+TRANSACTION_APIS = frozenset({
     ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.WRITE_TXN_MARKERS,
     ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
 })
 CLUSTER_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    key: versions for key, versions in SUPPORTED_API_VERSIONS.items() if key not in COORDINATOR_APIS}
+    key: versions for key, versions in SUPPORTED_API_VERSIONS.items() if key not in TRANSACTION_APIS}
 
 
 def is_supported(api_key: int, api_version: int,

@@ -12,8 +12,8 @@ Tasks, each a loop around the sans-IO cores:
 - replica fetchers: one per leader this node follows; OffsetForLeaderEpoch while a replica
   truncates, then Fetch with the replica id, long-polling on the leader.
 - tick: ISR shrinks and expansions go to the controller as AlterPartition.
-
-Group coordination is not wired in cluster mode yet: group requests close the connection.
+- groups: the group coordinator's timers, and internal topics it wants created through the
+  active controller (replication factor capped by the live brokers).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import json
 import logging
 
 from reference.handlers.context import CloseConnection
+from reference.handlers.groups import has_group_node, tick_groups
 from reference.node.broker import TopicPartition
 from reference.node.cluster import ClusterBroker
 from reference.node.quorum import decode_raft_message, encode_raft_message
@@ -47,10 +48,6 @@ FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId fi
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID}
-GROUP_APIS = {ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP,
-              ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_GROUPS,
-              ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
-              ApiKey.CONSUMER_GROUP_DESCRIBE}
 
 
 class PeerConnection:
@@ -103,6 +100,7 @@ class ClusterServer(BrokerServer):
                                   for node_id, (host, port) in broker.voters.items()}
         self._raft_queues: dict[int, asyncio.Queue] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
+        self._creating: dict[str, asyncio.Task] = {}  # internal topics being created through the controller
         self._commit_waiters: list[tuple[int, asyncio.Future]] = []
         self._controller_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
@@ -143,8 +141,6 @@ class ClusterServer(BrokerServer):
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
             return encode_response_chunks(api_key, header.api_version, header.correlation_id,
                                           {"error_code": error, "payload": payload})
-        if api_key in GROUP_APIS:
-            raise CloseConnection(f"{ApiKey(api_key).name}: group coordination is not wired in cluster mode")
         if api_key in CONTROLLER_APIS:
             return await self._on_controller_api(frame)
         chunks = await super()._handle(frame)
@@ -202,6 +198,13 @@ class ClusterServer(BrokerServer):
                                                  request["want_shutdown"], now_ms())
                 elif kind == "alter_partition":
                     self.broker.alter_partition(request)
+                elif kind == "create_internal_topic":
+                    if request["name"] in self.broker.image.topics_by_name:
+                        return ErrorCode.NONE, b""
+                    self.broker.create_topic(
+                        request["name"], request["num_partitions"],
+                        min(request["replication_factor"], self.broker.live_broker_count), request["configs"],
+                        validate_only=False, now_ms=now_ms())
                 else:
                     return ErrorCode.INVALID_REQUEST, b""
                 await self._commit(self.broker.take_pending_records())
@@ -328,7 +331,26 @@ class ClusterServer(BrokerServer):
             if self.broker.broker_epoch >= 0:
                 for request in self.broker.alter_partition_requests(now):
                     asyncio.create_task(self._send_alter_partition(request))
+                if has_group_node(self.broker):
+                    tick_groups(self.broker, now)
+                for name, (partitions, replication_factor, configs) in self.broker.wanted_internal_topics.items():
+                    if name not in self._creating:
+                        self._creating[name] = asyncio.create_task(self._create_internal_topic(
+                            name, partitions, replication_factor, configs))
             self._notify()
+
+    async def _create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
+                                     configs: dict[str, str]) -> None:
+        try:
+            error = await self._controller_call("create_internal_topic", {
+                "name": name, "num_partitions": num_partitions, "replication_factor": replication_factor,
+                "configs": configs})
+            if error == ErrorCode.NONE:
+                self.broker.wanted_internal_topics.pop(name, None)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
+            pass  # asked again on a later tick
+        finally:
+            del self._creating[name]
 
     async def _send_alter_partition(self, request: dict) -> None:
         try:
