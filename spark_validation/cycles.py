@@ -39,7 +39,8 @@ SEARCHES = (
     (WW, (WW,)), (WR, (WR,)), (WR, (WW, WR)), (RW, (WW, WR)), (RW, (WW, WR, RW)),
     (WW, (WW, RT)), (WR, (WR, RT)), (WR, (WW, WR, RT)), (RW, (WW, WR, RT)), (RW, (WW, WR, RW, RT)),
 )
-EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int8()), ("topic", pa.string()),
+EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int8()),
+                         ("topic", pa.dictionary(pa.int32(), pa.string())),
                          ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64())])
 
 
@@ -75,7 +76,7 @@ def dependency_edges(p: PartitionLog) -> pa.Table:
 
     n = sum(map(len, src))
     return pa.table({"src": np.concatenate(src), "dst": np.concatenate(dst), "kind": np.concatenate(kind),
-                     "topic": pa.array([p.topic] * n, pa.string()), "partition": np.full(n, p.partition, np.int32),
+                     "topic": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [p.topic]), "partition": np.full(n, p.partition, np.int32),
                      "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value)},
                     schema=EDGE_SCHEMA)
 
@@ -155,7 +156,8 @@ def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
     rt_u, rt_v = realtime_edges(ops)
     component = _strong_components(len(op_index), np.concatenate([dep_u, rt_u]), np.concatenate([dep_v, rt_v]))
     # every cycle lies inside one component: the edges between components are never needed
-    dependency = _in_order(edges.filter(pa.array(component[dep_u] == component[dep_v])))
+    inside = edges.filter(pa.array(component[dep_u] == component[dep_v]))
+    dependency = _in_order(inside.set_column(3, "topic", pc.cast(inside["topic"], pa.string())))
     rt = component[rt_u] == component[rt_v]
     src = np.concatenate([dependency.column("src").to_numpy(), op_index[rt_u[rt]]])
     dst = np.concatenate([dependency.column("dst").to_numpy(), op_index[rt_v[rt]]])

@@ -1,45 +1,56 @@
 """The Spark side of the checker: read a history once, group it by topic-partition, and run
-every per-partition check on each group in one pass (applyInArrow, numpy inside).
+every per-partition check on each group in one pass (mapInArrow, numpy inside).
 
-Only three things cross partitions, and each is small or read once:
+1. One task per Parquet row group reads only the columns the checks need, keeps the
+   completed client mops, encodes them compactly (MOP_SCHEMA) and emits one Arrow IPC
+   blob per topic-partition, plus the row group's assign/subscribe rows.
+2. The blobs are shuffled by topic-partition (a few per partition and row group, not one
+   row per mop) and cached: every partition's mops now sit in one Spark partition.
+3. Each task joins its blobs per topic-partition into a PartitionLog and runs the checks.
+
+Only two things cross partitions, and both are small:
 - proven ops: info ops with a send that some ok op read, in any partition; their sends
-  must have committed (an info op's outcome is unknown until a read proves it)
-- assignments: ok/info assign and subscribe ops, and the partitions each retains
-- the op table of the cycle search (read by the driver, see checker.py)
+  must have committed (an info op's outcome is unknown until a read proves it). Found by
+  one more pass over the cached blobs, only when the history has info sends.
+- assignments: ok/info assign and subscribe ops, and the partitions each retains.
 
-The pass returns one row per (partition, check): the check's rows as an Arrow IPC stream
-and the seconds the check took on that partition.
+The check pass returns one row per (partition, check): the check's rows as an Arrow IPC
+stream and the seconds the check took there (and one BUILD row per partition).
 """
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_validation.partition_log import F_CODES, INFO, NO_NS, NO_OFFSET, OK, TYPE_CODES, PartitionLog
+from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, TYPE_CODES,
+                                            PartitionLog, group_ends, group_starts, member, sorted_unique)
 from spec.history import ASSIGNMENT_FS, CLIENT_FS
 
 TP = ["topic", "partition"]
+READ_COLUMNS = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
+                "value", "offset", "rebalanced"]
+STRING_COLUMNS = ["type", "f", "mop_f", "topic"]  # read as dictionaries: few distinct values
+MOPS, ASSIGNMENTS = "mops", "assignments"  # kinds of blob
+BLOB_DDL = "kind string, topic string, partition int, row_group int, info_sends long, payload binary"
+ASSIGNMENT_SCHEMA = pa.schema([("index", pa.int64()), ("seq", pa.int32()), ("process", pa.int64()),
+                               ("topic", pa.string()), ("partition", pa.int32())])
 RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
 RESULT_DDL = "check string, seconds double, rows binary"
-IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
 
 
-def _code(column: str, codes: dict[str, int]):
-    code = None
-    for name, value in codes.items():
-        code = (F.when(F.col(column) == name, value) if code is None else code.when(F.col(column) == name, value))
-    return code.cast("byte")
-
-
-def _ipc(table: pa.Table) -> bytes:
+def to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
         writer.write_table(table)
@@ -50,54 +61,131 @@ def read_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
+def _codes(column: pa.ChunkedArray, codes: dict[str, int]) -> pa.Array:
+    found = pc.index_in(column, value_set=pa.array(list(codes)))
+    assert found.null_count == 0, f"unexpected values {pc.unique(pc.filter(column, pc.is_null(found)))}"
+    return pc.cast(found, pa.int8())
+
+
+def encode_mops(rows: pa.Table) -> pa.Table:
+    """The completed client mops that name a record, in MOP_SCHEMA plus topic and partition."""
+    keep = pc.and_(pc.and_(pc.not_equal(rows["type"], "invoke"), pc.is_in(rows["f"], pa.array(CLIENT_FS))),
+                   pc.and_(pc.and_(pc.is_valid(rows["mop_f"]), pc.is_valid(rows["topic"])), pc.is_valid(rows["value"])))
+    rows = rows.filter(pc.fill_null(keep, False))
+    assert list(TYPE_CODES) == ["ok", "fail", "info"] and list(F_CODES) == ["send", "poll", "txn"]
+    return pa.table({
+        "index": rows["index"], "seq": rows["seq"], "process": rows["process"], "type": _codes(rows["type"], TYPE_CODES),
+        "f": _codes(rows["f"], F_CODES), "is_send": pc.equal(rows["mop_f"], "send"), "time_ns": rows["time_ns"],
+        "invoke_ns": pc.fill_null(rows["invoke_time_ns"], NO_NS), "value": rows["value"],
+        "offset": pc.fill_null(rows["offset"], NO_OFFSET), "rebalanced": rows["rebalanced"],
+        "topic": pc.cast(rows["topic"], pa.string()), "partition": rows["partition"],
+    })
+
+
+def _by_partition(mops: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its mops) for each topic-partition in mops."""
+    mops = mops.sort_by([("topic", "ascending"), ("partition", "ascending")])
+    topic = pc.dictionary_encode(mops["topic"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    partition = mops["partition"].to_numpy()
+    starts = group_starts(topic, partition)
+    for start, end in zip(starts.tolist(), group_ends(starts, mops.num_rows).tolist()):
+        group = mops.slice(start, end - start)
+        yield group["topic"][0].as_py(), group["partition"][0].as_py(), group.select(MOP_SCHEMA.names)
+
+
 class HistoryFrames:
-    """One history in Spark: its client mops (the only large frame) and the small cross-partition tables."""
+    """One history in Spark: its mops as blobs partitioned by topic-partition, cached."""
 
     def __init__(self, spark: SparkSession, parquet_path: str, shuffle_partitions: int):
         self.spark = spark
-        self.shuffle_partitions = shuffle_partitions
-        completions = spark.read.parquet(parquet_path).where(F.col("type") != "invoke")
-        self.mops = (completions.where(F.col("f").isin(*CLIENT_FS) & F.col("mop_f").isNotNull()
-                                       & F.col("topic").isNotNull() & F.col("value").isNotNull())
-                     .select(*TP, "index", "seq", "process", _code("type", TYPE_CODES).alias("type"),
-                             _code("f", F_CODES).alias("f"), (F.col("mop_f") == "send").alias("is_send"), "time_ns",
-                             F.coalesce("invoke_time_ns", F.lit(NO_NS)).alias("invoke_ns"), "value",
-                             F.coalesce("offset", F.lit(NO_OFFSET)).alias("offset"), "rebalanced"))
-        self.assignments = (completions.where(F.col("f").isin(*ASSIGNMENT_FS) & F.col("type").isin("ok", "info"))
-                            .select("index", "seq", "process", *TP))
+        row_groups = pq.ParquetFile(parquet_path).metadata.num_row_groups
+
+        def read_row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            history = pq.ParquetFile(parquet_path, read_dictionary=STRING_COLUMNS)
+            for batch in batches:
+                for row_group in batch.column("id").to_pylist():
+                    rows = history.read_row_group(row_group, columns=READ_COLUMNS)
+                    yield _blob_batch(rows, row_group)
+
+        tasks = spark.range(0, row_groups, numPartitions=max(min(row_groups, shuffle_partitions), 1))
+        self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
+                      .persist(StorageLevel.MEMORY_AND_DISK))
+        summary = self.blobs.groupBy("kind").agg(F.sum("info_sends").alias("info_sends")).collect()
+        self.info_sends = sum(r["info_sends"] or 0 for r in summary)
+        assignments = self.blobs.where(F.col("kind") == ASSIGNMENTS).select("payload").toArrow()
+        self.assignments = pa.concat_tables([read_ipc(b) for b in assignments.column("payload").to_pylist()]
+                                            or [ASSIGNMENT_SCHEMA.empty_table()])
 
     def proven_ops(self) -> np.ndarray:
         """Op indices of info ops with a send some ok op read (in the same partition)."""
-        info_sends = self.mops.where((F.col("type") == INFO) & F.col("is_send")).select(*TP, "value", "index")
-        if info_sends.isEmpty():
+        if self.info_sends == 0:
             return np.zeros(0, np.int64)
-        ok_reads = self.mops.where((F.col("type") == OK) & ~F.col("is_send")).select(*TP, "value")
-        proven = ok_reads.join(F.broadcast(info_sends), [*TP, "value"]).select("index").distinct()
-        return np.sort(proven.toArrow().column("index").to_numpy())
 
-    def assignment_table(self) -> pa.Table:
-        return self.assignments.toArrow()
+        def proven_here(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for _, _, mops in _partitions(batches):
+                is_send, type_, value = mops["is_send"].to_numpy(), mops["type"].to_numpy(), mops["value"].to_numpy()
+                ok_read = sorted_unique(value[(type_ == OK) & ~is_send])
+                read = (type_ == INFO) & is_send & member(ok_read, value)
+                yield pa.RecordBatch.from_pydict({"index": sorted_unique(mops["index"].to_numpy()[read])})
 
-    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray,
-                      assignments: pa.Table) -> pa.Table:
-        """Every check on every topic-partition, in one shuffle: RESULT_SCHEMA rows."""
-        assignment_ops = assignments.filter(pc.equal(assignments.column("seq"), 0))
-        assign_index = assignment_ops.column("index").to_numpy()
-        assign_process = assignment_ops.column("process").to_numpy()
-        retained = assignments.filter(pc.is_valid(assignments.column("topic"))).to_pylist()
+        proven = self.blobs.where(F.col("kind") == MOPS).mapInArrow(proven_here, "index long").toArrow()
+        return sorted_unique(proven.column("index").to_numpy())
 
-        def check_partition(key: tuple, mops: pa.Table) -> pa.Table:
-            topic, partition = key[0].as_py(), key[1].as_py()
-            keeps = {r["index"] for r in retained
-                     if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)}
-            dropped = ~np.isin(assign_index, list(keeps))
-            p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]))
-            results = []
-            for name, check in checks.items():
+    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray) -> pa.Table:
+        """Every check on every topic-partition: RESULT_SCHEMA rows."""
+        assignments = self.assignments
+        assignment_ops = assignments.filter(pc.equal(assignments["seq"], 0))
+        assign_index = assignment_ops["index"].to_numpy()
+        assign_process = assignment_ops["process"].to_numpy()
+        retained = assignments.filter(pc.is_valid(assignments["topic"])).to_pylist()
+
+        def check_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for topic, partition, mops in _partitions(batches):
+                keeps = [r["index"] for r in retained
+                         if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)]
+                dropped = ~np.isin(assign_index, keeps)
                 started = time.perf_counter()
-                table = check(p)
-                results.append((name, time.perf_counter() - started, _ipc(table)))
-            return pa.table(list(zip(*results)), schema=RESULT_SCHEMA)
+                p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]))
+                results = [(BUILD, time.perf_counter() - started, b"")]
+                for name, check in checks.items():
+                    started = time.perf_counter()
+                    table = check(p)
+                    results.append((name, time.perf_counter() - started, to_ipc(table)))
+                yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
 
-        grouped = self.mops.repartition(self.shuffle_partitions, *TP).groupBy(*TP)
-        return grouped.applyInArrow(check_partition, RESULT_DDL).toArrow()
+        return self.blobs.where(F.col("kind") == MOPS).mapInArrow(check_partitions, RESULT_DDL).toArrow()
+
+    def unpersist(self) -> None:
+        self.blobs.unpersist()
+
+
+def _blob_batch(rows: pa.Table, row_group: int) -> pa.RecordBatch:
+    """One row group as blobs: its mops per topic-partition, and its assign/subscribe rows."""
+    kinds, topics, partitions, info_sends, payloads = [], [], [], [], []
+    for topic, partition, mops in _by_partition(encode_mops(rows)):
+        kinds.append(MOPS)
+        topics.append(topic)
+        partitions.append(partition)
+        info_sends.append(int(((mops["type"].to_numpy() == INFO) & mops["is_send"].to_numpy()).sum()))
+        payloads.append(to_ipc(mops))
+    assignments = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
+                                      pc.is_in(rows["type"], pa.array(["ok", "info"]))))
+    kinds.append(ASSIGNMENTS)
+    topics.append(None)
+    partitions.append(None)
+    info_sends.append(0)
+    payloads.append(to_ipc(assignments.select(ASSIGNMENT_SCHEMA.names).cast(ASSIGNMENT_SCHEMA)))
+    return pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": pa.array(partitions, pa.int32()),
+                                       "row_group": pa.array([row_group] * len(kinds), pa.int32()),
+                                       "info_sends": pa.array(info_sends, pa.int64()), "payload": payloads})
+
+
+def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, all its mops in history order) from the blobs of one Spark partition."""
+    blobs: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    for batch in batches:
+        for topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
+                                                          ("topic", "partition", "row_group", "payload"))):
+            blobs.setdefault((topic, partition), []).append((row_group, payload))
+    for (topic, partition), parts in sorted(blobs.items()):
+        yield topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(parts)])

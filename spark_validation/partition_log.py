@@ -104,7 +104,9 @@ class PartitionLog:
         self.topic, self.partition = topic, partition
         self.resets = resets
         cols = {name: mops.column(name).to_numpy() for name in MOP_SCHEMA.names}
-        order = np.lexsort((cols["seq"], cols["index"]))
+        index, seq = cols["index"], cols["seq"]
+        in_order = (index[1:] > index[:-1]) | ((index[1:] == index[:-1]) & (seq[1:] > seq[:-1]))
+        order = np.arange(len(index)) if in_order.all() else np.lexsort((seq, index))
         for name, column in cols.items():
             setattr(self, name, column[order])
         self.n = len(order)
