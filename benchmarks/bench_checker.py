@@ -6,11 +6,14 @@ search on transactional ops, and log verification beside a WGL search on small h
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
 
 The history is clean (a correct broker, simulated), 32 partitions, one consumer per
-partition, ~2.5 ops in flight; times include Spark start-up and reading the Parquet file.
+partition, ~2.5 ops in flight. Each Spark run is a fresh process: times include Spark
+start-up and reading the Parquet file, memory is the peak of the driver, its JVM and
+the Python workers.
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import resource
@@ -274,59 +277,105 @@ def baseline_checks(path: Path) -> dict[str, int]:
 
 
 # -- measurements ---------------------------------------------------------------------------------
-def jvm_peak_rss_mb() -> float:
-    """Peak resident memory of this process's JVM children (the Spark driver), from /proc."""
-    peak_kb = 0
+def tree_peak_rss_mb() -> tuple[float, float, float]:
+    """Peak resident memory (MB) of this process, its JVM (the Spark driver) and the JVM's Python
+    workers, from /proc; the total of the peaks is an upper bound of the peak of the total."""
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    peaks: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().split()
-            if int(fields[3]) == os.getpid() and "java" in fields[1]:
-                status = (stat.parent / "status").read_text()
-                peak_kb += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM")))
-        except (OSError, StopIteration, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            status = (stat.parent / "status").read_text()
+            pid = int(stat.parent.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            names[pid] = stat.read_text().split("(", 1)[1].split(")")[0]
+            peaks[pid] = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+        except (OSError, StopIteration, ValueError, IndexError):
             continue
-    return peak_kb / 1024
+    jvm = [pid for pid in children.get(os.getpid(), []) if "java" in names.get(pid, "")]
+    workers, stack = [], [c for pid in jvm for c in children.get(pid, [])]
+    while stack:
+        pid = stack.pop()
+        workers.append(pid)
+        stack.extend(children.get(pid, []))
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return own, sum(peaks.get(p, 0) for p in jvm), sum(peaks.get(p, 0) for p in workers)
+
+
+def write_generated(n_ops: int, path: Path, txn_only: bool = False) -> None:
+    write_history(generate(n_ops, seed=2 if txn_only else 1, txn_only=txn_only), path)
+
+
+def generated(n_ops: int, work: Path, txn_only: bool = False) -> Path:
+    """The synthetic history's Parquet file, written by a child process (its memory is not the checker's)."""
+    path = work / f"{'txn' if txn_only else 'history'}-{n_ops}.parquet"
+    if not path.exists():
+        child = multiprocessing.get_context("spawn").Process(target=write_generated, args=(n_ops, path, txn_only))
+        child.start()
+        child.join()
+        assert child.exitcode == 0, f"generating {n_ops} ops failed"
+    return path
+
+
+def check_in_fresh_session(path: str, checks: tuple[str, ...], report) -> None:
+    """Run in a child process: Spark start-up, every check, and the peak memory of the whole tree."""
+    started = time.monotonic()
+    spark = spark_session(MASTER, "kspec-bench")
+    startup_s = time.monotonic() - started
+    result = run_checks(spark, Path(path), RunOptions(), checks)
+    total_s = time.monotonic() - started
+    report.put((startup_s, total_s, result.anomalies.num_rows, result.verdict, tree_peak_rss_mb()))
+    spark.stop()
+
+
+def spark_run(path: Path, checks: tuple[str, ...]) -> tuple:
+    context = multiprocessing.get_context("spawn")
+    report = context.Queue()
+    child = context.Process(target=check_in_fresh_session, args=(str(path), checks, report))
+    child.start()
+    outcome = report.get()
+    child.join()
+    return outcome
+
+
+def bench_all_checks(n_ops: int, work: Path) -> float:
+    """All checks end to end on n_ops; returns the end-to-end seconds."""
+    t0 = time.monotonic()
+    path = generated(n_ops, work)
+    rows = pq.ParquetFile(path).metadata.num_rows
+    print(f"\n{n_ops:,} ops: {rows:,} rows, {path.stat().st_size / 1e6:.0f} MB Parquet "
+          f"(generated in {time.monotonic() - t0:.1f} s)", flush=True)
+    startup_s, total_s, anomalies, verdict, (own_mb, jvm_mb, workers_mb) = spark_run(path, CHECKS)
+    seconds = verdict["seconds"]
+    per_check = ", ".join(f"{c} {s:.1f}" for c, s in seconds.items()
+                          if c not in ("total", "partition-pass", "linearizability", "cycles"))
+    print(f"spark {MASTER}: {total_s:.1f} s end to end with {startup_s:.1f} s start-up; the per-partition pass "
+          f"{seconds['partition-pass']:.1f} s, cycles {seconds['cycles']:.1f} s; {anomalies} anomalies (allowed "
+          f"ones: {verdict['anomalies']}), valid={verdict['valid']}")
+    print(f"  worker seconds per check (summed over partitions): {per_check}")
+    print(f"  peak memory: driver Python {own_mb:.0f} MB, JVM {jvm_mb:.0f} MB, Python workers {workers_mb:.0f} MB "
+          f"(sum of peaks {own_mb + jvm_mb + workers_mb:.0f} MB)", flush=True)
+    t1 = time.monotonic()
+    found = baseline_checks(path)
+    baseline_s = time.monotonic() - t1
+    assert not any(found.values()), found
+    print(f"single-process numpy/pyarrow, the {len(BASELINE_CHECKS)} per-partition checks: {baseline_s:.1f} s "
+          f"(peak Python {python_peak_rss_mb():.0f} MB; Spark's per-partition pass, which also reads the file "
+          f"and builds the dependency edges: {seconds['partition-pass']:.1f} s)", flush=True)
+    return total_s
 
 
 def python_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_all_checks(n_ops: int, work: Path, first: bool) -> None:
-    t0 = time.monotonic()
-    table = generate(n_ops)
-    path = write_history(table, work / f"history-{n_ops}.parquet")
-    generated_s = time.monotonic() - t0
-    print(f"\n{n_ops:,} ops: {table.num_rows:,} rows, {path.stat().st_size / 1e6:.0f} MB Parquet "
-          f"(generated in {generated_s:.1f} s)", flush=True)
-    del table
-    started = time.monotonic()
-    spark = spark_session(MASTER, "kspec-bench")
-    startup_s = time.monotonic() - started
-    result = run_checks(spark, path, RunOptions(), CHECKS)
-    spark_s = time.monotonic() - started
-    per_check = ", ".join(f"{c} {s:.1f}" for c, s in result.verdict["seconds"].items() if c != "total")
-    print(f"spark {MASTER}: {spark_s:.1f} s end to end ({'with' if first else 'warm, without'} "
-          f"{startup_s:.1f} s start-up), {result.anomalies.num_rows} anomalies, valid={result.valid}")
-    print(f"  per check (s): {per_check}")
-    print(f"  peak memory: JVM {jvm_peak_rss_mb():.0f} MB, Python {python_peak_rss_mb():.0f} MB")
-    spark_same_s = sum(result.verdict["seconds"][c] for c in BASELINE_CHECKS)
-    t1 = time.monotonic()
-    found = baseline_checks(path)
-    baseline_s = time.monotonic() - t1
-    assert not any(found.values()), found
-    print(f"single-process numpy/pyarrow, the {len(BASELINE_CHECKS)} per-partition checks: {baseline_s:.1f} s "
-          f"(Spark on the same checks: {spark_same_s:.1f} s; Spark/numpy = {spark_same_s / baseline_s:.1f}x)",
-          flush=True)
-
-
 def bench_cycles(n_ops: int, work: Path) -> None:
-    path = write_history(generate(n_ops, seed=2, txn_only=True), work / f"txn-{n_ops}.parquet")
-    spark = spark_session(MASTER, "kspec-bench")
-    started = time.monotonic()
-    result = run_checks(spark, path, RunOptions(), ("cycles",))
-    print(f"\ncycle search on {n_ops:,} transactional ops: {time.monotonic() - started:.1f} s, "
-          f"{result.anomalies.num_rows} cycle(s): {result.verdict['anomalies']}", flush=True)
+    path = generated(n_ops, work, txn_only=True)
+    startup_s, total_s, anomalies, verdict, _ = spark_run(path, ("cycles",))
+    print(f"\ncycle search on {n_ops:,} transactional ops: {total_s:.1f} s end to end with {startup_s:.1f} s "
+          f"start-up ({verdict['seconds']['cycles']:.1f} s in the driver after the pass), {anomalies} cycle(s): "
+          f"{verdict['anomalies']}", flush=True)
 
 
 def random_concurrent_log(rng: random.Random, n: int) -> list[LogOp]:
@@ -372,8 +421,11 @@ def main() -> None:
         bench_wgl()
         return
     with tempfile.TemporaryDirectory(prefix="kspec-bench-checker-") as work:
-        for position, n in enumerate(args.ops):
-            bench_all_checks(n, Path(work), position == 0)
+        end_to_end = {n: bench_all_checks(n, Path(work)) for n in args.ops}
+        if len(end_to_end) > 1:
+            (small, small_s), (large, large_s) = min(end_to_end.items()), max(end_to_end.items())
+            print(f"\nscaling {small:,} -> {large:,} ops ({large / small:.0f}x): end to end {small_s:.1f} s -> "
+                  f"{large_s:.1f} s ({large_s / small_s:.1f}x)", flush=True)
         bench_cycles(args.cycle_ops, Path(work))
     bench_wgl()
 
