@@ -298,6 +298,16 @@ def create_proxies(toxiproxy: ToxiproxyClient, spots: list[Placement]) -> None:
                                upstream=f"127.0.0.1:{spot.port}")
 
 
+# Failure detection tuned for fault runs, as Jepsen tunes Kafka's: with Kafka's defaults (30 s
+# replica lag, 9 s broker session) a dead follower holds the high watermark, and so every read
+# of new records, for longer than a run's quiet period and final reads.
+FAULT_RUN_TIMEOUTS = {
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "5000",
+}
+
+
 def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | None = None,
                      toxiproxy: ToxiproxyClient | None = None, overrides: dict[str, str] | None = None) -> Target:
     """The kspec reference broker, one `kspec broker` process per node.
@@ -311,7 +321,8 @@ def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | No
     cluster = {}
     if nodes > 1:
         cluster = {"controller.quorum.voters": ",".join(f"{i + 1}@{s.host}:{s.port}" for i, s in enumerate(spots)),
-                   "default.replication.factor": str(min(nodes, 3)), "min.insync.replicas": str(min(nodes, 2))}
+                   "default.replication.factor": str(min(nodes, 3)), "min.insync.replicas": str(min(nodes, 2)),
+                   **FAULT_RUN_TIMEOUTS}
     broker_nodes = []
     for index, spot in enumerate(spots):
         node_overrides = {"advertised.host.name": spot.advertised_host, **cluster, **(overrides or {})}
