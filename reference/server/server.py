@@ -75,7 +75,10 @@ class BrokerServer:
     async def start(self) -> tuple[str, int]:
         """Listen, and return the (host, port) bound (port 0 in the config picks a free one)."""
         config = self.broker.config
-        self._listener = socket.create_server((config.listen_host, config.listen_port), backlog=LISTEN_BACKLOG)
+        address = (config.listen_host, config.listen_port)
+        family = socket.getaddrinfo(config.listen_host or None, config.listen_port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]  # an IPv6 listen host works as with IPv4
+        self._listener = socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
         self._listener.setblocking(False)
         host, port = self._listener.getsockname()[:2]
         self.broker.config = dataclasses.replace(config, listen_port=port)
