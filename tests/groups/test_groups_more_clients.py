@@ -116,6 +116,10 @@ class PythonMember(threading.Thread):
             await consumer.stop()
 
 
+# Group steps take a second or two here; the bound is for a machine loaded with other work.
+WAIT_S = 60
+
+
 def wait_until(condition, timeout_s: float, what: str, describe=lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -135,7 +139,7 @@ def test_kcat_balanced_consumer_and_aiokafka_share_a_group(broker):
     create_topic(broker.bootstrap, topic)
     partner = PythonMember("aiokafka", broker.bootstrap, topic, group)
     partner.start()
-    wait_until(lambda: partner.assignment == set(range(PARTITIONS)), 20, "aiokafka joins")
+    wait_until(lambda: partner.assignment == set(range(PARTITIONS)), WAIT_S, "aiokafka joins")
     command = ["kcat", "-b", broker.bootstrap, "-G", group, topic, "-J", "-q", "-u",
                "-X", "auto.offset.reset=earliest", "-X", f"session.timeout.ms={SESSION_TIMEOUT_MS}"]
     member = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -144,15 +148,15 @@ def test_kcat_balanced_consumer_and_aiokafka_share_a_group(broker):
         (doc["partition"], doc["offset"]) for doc in map(json.loads, member.stdout)), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: 0 < len(partner.assignment) < PARTITIONS, 20, "kcat takes a share")
+        wait_until(lambda: 0 < len(partner.assignment) < PARTITIONS, WAIT_S, "kcat takes a share")
         produce(broker.bootstrap, topic, RECORDS_PER_PARTITION)
         total = PARTITIONS * RECORDS_PER_PARTITION
-        wait_until(lambda: len(partner.seen) + len(kcat_seen) >= total, 20, "the group reads every record")
+        wait_until(lambda: len(partner.seen) + len(kcat_seen) >= total, WAIT_S, "the group reads every record")
         assert kcat_seen and partner.seen, "both members read"
         member.send_signal(signal.SIGTERM)  # kcat commits what it consumed as it leaves
         member.wait(10)
         reader.join(5)
-        wait_until(lambda: partner.assignment == set(range(PARTITIONS)), 20, "aiokafka takes kcat's partitions")
+        wait_until(lambda: partner.assignment == set(range(PARTITIONS)), WAIT_S, "aiokafka takes kcat's partitions")
         time.sleep(1.0)  # room for a re-read, were the commits wrong
     finally:
         member.kill()
@@ -173,18 +177,18 @@ def test_kafkajs_and_kafka_python_share_a_group(broker):
     create_topic(broker.bootstrap, topic)
     partner = PythonMember("kafka-python", broker.bootstrap, topic, group, assignors=(KafkajsRoundRobin,))
     partner.start()
-    wait_until(lambda: partner.assignment == set(range(PARTITIONS)), 20, "kafka-python joins")
+    wait_until(lambda: partner.assignment == set(range(PARTITIONS)), WAIT_S, "kafka-python joins")
     kafkajs_seen: list[tuple[int, int]] = []
     share = PARTITIONS // 2 * RECORDS_PER_PARTITION  # round robin over two members: half the partitions
     runner = threading.Thread(target=lambda: kafkajs_seen.extend(
         (m.partition, m.offset) for m in kafkajs.consume_group(broker.bootstrap, topic, group, share, timeout_s=120)))
     runner.start()
     try:
-        wait_until(lambda: len(partner.assignment) == PARTITIONS // 2, 60, "kafkajs takes its share")
+        wait_until(lambda: len(partner.assignment) == PARTITIONS // 2, WAIT_S, "kafkajs takes its share")
         produce(broker.bootstrap, topic, RECORDS_PER_PARTITION)
         runner.join(120)  # kafkajs commits as it reads and leaves after its share
         assert kafkajs_seen, "kafkajs read its share"
-        wait_until(lambda: partner.assignment == set(range(PARTITIONS)), 60, "kafka-python takes kafkajs' partitions",
+        wait_until(lambda: partner.assignment == set(range(PARTITIONS)), WAIT_S, "kafka-python takes kafkajs' partitions",
                    lambda: f" (assignment {partner.assignment}, error {partner.error!r})")
         time.sleep(1.0)
     finally:
