@@ -124,22 +124,24 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     h.unpersist()
     pass_s = time.monotonic() - started
     found = _by_check(results)
+    worker_seconds = {check: sum(_seconds(results, check)) for check in (*jobs, BUILD)}
+    del results  # the payloads: only the decoded tables are needed now
     rows: list[dict] = []
-    seconds = {"partition-pass": round(pass_s, 3), BUILD: round(sum(_seconds(results, BUILD)), 3)}
+    seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3)}
     for position, check in enumerate(plan, 1):
         t0 = time.monotonic()
         if check in PARTITION_CHECKS:
             tables = found.get(check, [])
             rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
-            seconds[check] = round(sum(found_seconds for found_seconds in _seconds(results, check)), 3)
+            seconds[check] = round(worker_seconds[check], 3)
         elif check == "linearizability":
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
         else:
-            edges = pa.concat_tables(found.get(EDGES, [])) if found.get(EDGES) else cycles.EDGE_SCHEMA.empty_table()
+            edges = pa.concat_tables(found.pop(EDGES)) if EDGES in found else cycles.EDGE_SCHEMA.empty_table()
             cycle_list = cycles.find_cycles(edges, _op_table(parquet_path))
             rows_found = cycles.cycle_rows(cycle_list, options)
-            seconds[check] = round(time.monotonic() - t0 + sum(_seconds(results, EDGES)), 3)
+            seconds[check] = round(time.monotonic() - t0 + worker_seconds[EDGES], 3)
         rows.extend(rows_found)
         if progress:
             progress(check, position, len(plan), len(rows_found), seconds[check])
@@ -161,10 +163,10 @@ def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: 
 
 def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
     found: dict[str, list[pa.Table]] = {}
-    for check, payload in zip(results.column("check").to_pylist(), results.column("rows").to_pylist()):
+    for check, payload in zip(results.column("check").to_pylist(), results.column("rows")):
         if check == BUILD:
             continue
-        table = read_ipc(payload)
+        table = read_ipc(payload.as_buffer())
         if table.num_rows:
             found.setdefault(check, []).append(table)
     return found
@@ -183,7 +185,8 @@ def _sorted_rows(rows: list[dict]) -> list[dict]:
 def _op_table(parquet_path: Path) -> pa.Table:
     """Every client op's completion (index, type, invocation and completion time), in index order."""
     table = pq.read_table(parquet_path, columns=["index", "seq", "type", "f", "invoke_time_ns", "time_ns"],
-                          filters=[("seq", "=", 0), ("type", "!=", "invoke"), ("f", "in", set(CLIENT_FS))])
+                          filters=[("seq", "=", 0), ("type", "!=", "invoke"), ("f", "in", set(CLIENT_FS))],
+                          read_dictionary=["type", "f"])
     return table.select(["index", "type", "invoke_time_ns", "time_ns"]).sort_by("index")
 
 

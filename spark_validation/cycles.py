@@ -91,21 +91,28 @@ def realtime_edges(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     predecessors are one run of the ok ops sorted by completion.
     """
     assert ops.column("invoke_time_ns").null_count == 0, "every op needs its invocation time"
-    invoke_ns = ops.column("invoke_time_ns").to_numpy()
-    ok = np.flatnonzero(pc.equal(ops.column("type"), "ok").to_numpy(zero_copy_only=False))
-    ok = ok[np.argsort(ops.column("time_ns").to_numpy()[ok], kind="stable")]  # by completion
-    ok_complete = ops.column("time_ns").to_numpy()[ok]
-    ok_invoke = np.sort(invoke_ns[ok])
-    # earliest completion among ok ops invoked strictly after each time, by suffix minimum
-    by_invoke = ops.column("time_ns").to_numpy()[ok][np.argsort(invoke_ns[ok], kind="stable")]
-    suffix_min = np.minimum.accumulate(np.append(by_invoke, np.iinfo(np.int64).max)[::-1])[::-1]
+    assert ops.num_rows < np.iinfo(np.int32).max
+    invoke_ns, complete_ns = ops.column("invoke_time_ns").to_numpy(), ops.column("time_ns").to_numpy()
+    ok = np.flatnonzero(pc.equal(ops.column("type"), "ok").to_numpy(zero_copy_only=False)).astype(np.int32)
+    ok = ok[np.argsort(complete_ns[ok], kind="stable")]  # by completion
+    ok_complete = complete_ns[ok]
+    # the earliest completion among ok ops invoked strictly after each time, by suffix minimum
+    by_invoke = np.argsort(invoke_ns[ok], kind="stable")
+    ok_invoke = invoke_ns[ok][by_invoke]
+    suffix_min = np.append(ok_complete[by_invoke], np.iinfo(np.int64).max)
+    del by_invoke
+    np.minimum.accumulate(suffix_min[::-1], out=suffix_min[::-1])
     expiry = suffix_min[np.searchsorted(ok_invoke, ok_complete, "right")]
-    hi = np.searchsorted(ok_complete, invoke_ns, "left")  # completed strictly before B's invocation
-    lo = np.searchsorted(expiry, invoke_ns, "left")       # not expired: expiry >= B's invocation
+    del suffix_min, ok_invoke
+    hi = np.searchsorted(ok_complete, invoke_ns, "left").astype(np.int32)  # completed before B's invocation
+    lo = np.searchsorted(expiry, invoke_ns, "left").astype(np.int32)       # not expired: expiry >= B's invocation
+    del expiry, ok_complete
     counts = np.maximum(hi - lo, 0)
+    del hi
     dst = np.repeat(np.arange(len(invoke_ns), dtype=np.int32), counts)
-    src = ok[np.arange(len(dst)) + np.repeat(lo - (np.cumsum(counts) - counts), counts)]
-    return src.astype(np.int32), dst
+    at = np.repeat(lo - (np.cumsum(counts, dtype=np.int64) - counts).astype(np.int32), counts)  # B's run, in place
+    at += np.arange(len(at), dtype=np.int32)
+    return ok[at], dst
 
 
 @dataclass(frozen=True)
