@@ -334,9 +334,9 @@ def spark_run(path: Path, checks: tuple[str, ...]) -> tuple:
     report = context.Queue()
     child = context.Process(target=check_in_fresh_session, args=(str(path), checks, report))
     child.start()
-    outcome = report.get()
     child.join()
-    return outcome
+    assert child.exitcode == 0, f"the Spark run on {path} failed (exit {child.exitcode})"
+    return report.get(timeout=1)
 
 
 def bench_all_checks(n_ops: int, work: Path) -> float:

@@ -5,7 +5,7 @@ every per-partition check on each group in one pass (mapInArrow, numpy inside).
    completed client mops, encodes them compactly (MOP_SCHEMA) and emits one Arrow IPC
    blob per topic-partition, plus the row group's assign/subscribe rows.
 2. The blobs are shuffled by topic-partition (a few per partition and row group, not one
-   row per mop) and cached: every partition's mops now sit in one Spark partition.
+   row per mop) and cached on local disk: every partition's mops now sit in one Spark partition.
 3. Each task joins its blobs per topic-partition into a PartitionLog and runs the checks.
 
 Only two things cross partitions, and both are small:
@@ -45,7 +45,7 @@ ASSIGNMENT_SCHEMA = pa.schema([("index", pa.int64()), ("seq", pa.int32()), ("pro
 RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
 RESULT_DDL = "check string, seconds double, rows binary"
 BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
-IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
+IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
 
@@ -109,7 +109,7 @@ class HistoryFrames:
 
         tasks = spark.range(0, row_groups, numPartitions=max(min(row_groups, shuffle_partitions), 1))
         self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
-                      .persist(StorageLevel.MEMORY_AND_DISK))
+                      .persist(StorageLevel.DISK_ONLY))  # read once or twice: kept out of the JVM heap
         summary = self.blobs.groupBy("kind").agg(F.sum("info_sends").alias("info_sends")).collect()
         self.info_sends = sum(r["info_sends"] or 0 for r in summary)
         assignments = self.blobs.where(F.col("kind") == ASSIGNMENTS).select("payload").toArrow()

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 4
-DRIVER_MEMORY = "1g"  # the JVM holds only compressed blobs and results; the data lives in Python workers
+DRIVER_MEMORY = "2g"  # the JVM holds only compressed blobs and results; the data lives in Python workers
 MAX_RESULT_SIZE = "1g"
 ARROW_BATCH_ROWS = 1 << 16
 
