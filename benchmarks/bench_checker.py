@@ -18,6 +18,7 @@ import os
 import random
 import resource
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,7 @@ BASELINE_CHECKS = ("inconsistent-offsets", "duplicate", "lost-write", "unseen", 
                    "realtime-order", "future-read")
 WGL_SIZES = (4, 8, 12, 16, 20)
 WGL_HISTORIES = 20
+SAMPLE_S = 0.2  # how often the memory of the Spark run is sampled
 
 
 # -- synthetic history --------------------------------------------------------------------------
@@ -277,20 +279,20 @@ def baseline_checks(path: Path) -> dict[str, int]:
 
 
 # -- measurements ---------------------------------------------------------------------------------
-def tree_peak_rss_mb() -> tuple[float, float, float]:
-    """Peak resident memory (MB) of this process, its JVM (the Spark driver) and the JVM's Python
-    workers, from /proc; the total of the peaks is an upper bound of the peak of the total."""
+def _tree_memory_mb(field: str) -> tuple[float, float, float]:
+    """A /proc/<pid>/status memory field (MB) summed over this process, its JVM (the Spark
+    driver) and the JVM's descendants (the Python workers)."""
     children: dict[int, list[int]] = {}
     names: dict[int, str] = {}
-    peaks: dict[int, float] = {}
+    sizes: dict[int, float] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            text = stat.read_text()
             status = (stat.parent / "status").read_text()
             pid = int(stat.parent.name)
-            children.setdefault(int(fields[1]), []).append(pid)
-            names[pid] = stat.read_text().split("(", 1)[1].split(")")[0]
-            peaks[pid] = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM"))) / 1024
+            children.setdefault(int(text.rsplit(")", 1)[1].split()[1]), []).append(pid)
+            names[pid] = text.split("(", 1)[1].split(")")[0]
+            sizes[pid] = int(next(line.split()[1] for line in status.splitlines() if line.startswith(field))) / 1024
         except (OSError, StopIteration, ValueError, IndexError):
             continue
     jvm = [pid for pid in children.get(os.getpid(), []) if "java" in names.get(pid, "")]
@@ -299,8 +301,21 @@ def tree_peak_rss_mb() -> tuple[float, float, float]:
         pid = stack.pop()
         workers.append(pid)
         stack.extend(children.get(pid, []))
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return own, sum(peaks.get(p, 0) for p in jvm), sum(peaks.get(p, 0) for p in workers)
+    return sizes.get(os.getpid(), 0), sum(sizes.get(p, 0) for p in jvm), sum(sizes.get(p, 0) for p in workers)
+
+
+class MemorySampler(threading.Thread):
+    """The peak of the whole tree's resident memory, sampled every SAMPLE_S."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak_mb = 0.0
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            self.peak_mb = max(self.peak_mb, sum(_tree_memory_mb("VmRSS")))
+            time.sleep(SAMPLE_S)
 
 
 def write_generated(n_ops: int, path: Path, txn_only: bool = False) -> None:
@@ -320,12 +335,16 @@ def generated(n_ops: int, work: Path, txn_only: bool = False) -> Path:
 
 def check_in_fresh_session(path: str, checks: tuple[str, ...], report) -> None:
     """Run in a child process: Spark start-up, every check, and the peak memory of the whole tree."""
+    sampler = MemorySampler()
+    sampler.start()
     started = time.monotonic()
     spark = spark_session(MASTER, "kspec-bench")
     startup_s = time.monotonic() - started
     result = run_checks(spark, Path(path), RunOptions(), checks)
     total_s = time.monotonic() - started
-    report.put((startup_s, total_s, result.anomalies.num_rows, result.verdict, tree_peak_rss_mb()))
+    sampler.running = False
+    report.put((startup_s, total_s, result.anomalies.num_rows, result.verdict, _tree_memory_mb("VmHWM"),
+                sampler.peak_mb))
     spark.stop()
 
 
@@ -346,7 +365,7 @@ def bench_all_checks(n_ops: int, work: Path) -> float:
     rows = pq.ParquetFile(path).metadata.num_rows
     print(f"\n{n_ops:,} ops: {rows:,} rows, {path.stat().st_size / 1e6:.0f} MB Parquet "
           f"(generated in {time.monotonic() - t0:.1f} s)", flush=True)
-    startup_s, total_s, anomalies, verdict, (own_mb, jvm_mb, workers_mb) = spark_run(path, CHECKS)
+    startup_s, total_s, anomalies, verdict, (own_mb, jvm_mb, workers_mb), total_mb = spark_run(path, CHECKS)
     seconds = verdict["seconds"]
     per_check = ", ".join(f"{c} {s:.1f}" for c, s in seconds.items()
                           if c not in ("total", "partition-pass", "linearizability", "cycles"))
@@ -354,8 +373,8 @@ def bench_all_checks(n_ops: int, work: Path) -> float:
           f"{seconds['partition-pass']:.1f} s, cycles {seconds['cycles']:.1f} s; {anomalies} anomalies (allowed "
           f"ones: {verdict['anomalies']}), valid={verdict['valid']}")
     print(f"  worker seconds per check (summed over partitions): {per_check}")
-    print(f"  peak memory: driver Python {own_mb:.0f} MB, JVM {jvm_mb:.0f} MB, Python workers {workers_mb:.0f} MB "
-          f"(sum of peaks {own_mb + jvm_mb + workers_mb:.0f} MB)", flush=True)
+    print(f"  peak memory: {total_mb:.0f} MB in all (sampled every {SAMPLE_S} s); peaks of the parts: driver Python "
+          f"{own_mb:.0f} MB, JVM {jvm_mb:.0f} MB, Python workers {workers_mb:.0f} MB", flush=True)
     t1 = time.monotonic()
     found = baseline_checks(path)
     baseline_s = time.monotonic() - t1
@@ -372,7 +391,7 @@ def python_peak_rss_mb() -> float:
 
 def bench_cycles(n_ops: int, work: Path) -> None:
     path = generated(n_ops, work, txn_only=True)
-    startup_s, total_s, anomalies, verdict, _ = spark_run(path, ("cycles",))
+    startup_s, total_s, anomalies, verdict, _, _ = spark_run(path, ("cycles",))
     print(f"\ncycle search on {n_ops:,} transactional ops: {total_s:.1f} s end to end with {startup_s:.1f} s "
           f"start-up ({verdict['seconds']['cycles']:.1f} s in the driver after the pass), {anomalies} cycle(s): "
           f"{verdict['anomalies']}", flush=True)

@@ -63,14 +63,13 @@ def _process_scan(p: PartitionLog, rows: np.ndarray, moves: np.ndarray) -> Steps
     is_op = np.arange(len(index)) < len(first)
     sets = np.concatenate([moves[first], np.ones(len(reset_index), bool)])
     order = np.lexsort((index, process))
-    process, is_op, sets = process[order], is_op[order], sets[order]
-    event_op = order  # position among ops when is_op
+    process, is_op, sets = process[order], is_op[order], sets[order]  # events; order[e] is op e's position
     position = np.where(sets, np.arange(len(order)), -1)
     carried = np.maximum.accumulate(np.concatenate([[-1], position[:-1]])) if len(order) else position
     process_start = np.repeat(group_starts(process), np.diff(np.append(group_starts(process), len(process))))
     checked = is_op & (carried >= process_start)
     checked[checked] &= is_op[carried[checked]]  # a reset before the op: nothing to compare with
-    now, before = event_op[checked], event_op[carried[checked]]
+    now, before = order[checked], order[carried[checked]]
     return Steps(process[checked], p.index[last[before]], p.index[first[now]], p.value[last[before]],
                  p.value[first[now]], p.idx[last[before]], p.idx[first[now]])
 
