@@ -123,7 +123,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     results = h.per_partition(jobs, h.proven_ops())
     h.unpersist()
     pass_s = time.monotonic() - started
-    found = _by_check(results)
+    found, edges = _by_check(results)
     worker_seconds = {check: sum(_seconds(results, check)) for check in (*jobs, BUILD)}
     del results  # the payloads: only the decoded tables are needed now
     rows: list[dict] = []
@@ -138,7 +138,6 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
         else:
-            edges = pa.concat_tables(found.pop(EDGES)) if EDGES in found else cycles.EDGE_SCHEMA.empty_table()
             cycle_list = cycles.find_cycles(edges, _op_table(parquet_path))
             rows_found = cycles.cycle_rows(cycle_list, options)
             seconds[check] = round(time.monotonic() - t0 + worker_seconds[EDGES], 3)
@@ -161,15 +160,20 @@ def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: 
     return rows
 
 
-def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
+def _by_check(results: pa.Table) -> tuple[dict[str, list[pa.Table]], cycles.EdgeTables]:
+    """The anomaly rows of each check, and the dependency edges (still compressed)."""
     found: dict[str, list[pa.Table]] = {}
+    edges = []
     for check, payload in zip(results.column("check").to_pylist(), results.column("rows")):
+        if check == EDGES:
+            edges.append(pa.py_buffer(payload.as_py()))
+            continue
         if check == BUILD:
             continue
         table = read_ipc(payload.as_buffer())
         if table.num_rows:
             found.setdefault(check, []).append(table)
-    return found
+    return found, cycles.EdgeTables(edges)
 
 
 def _seconds(results: pa.Table, check: str) -> list[float]:

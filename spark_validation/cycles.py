@@ -20,6 +20,7 @@ edge explained.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,22 +150,51 @@ def cycle_name(kinds: list[int]) -> str:
     return base + ("-realtime" if RT in kinds else "")
 
 
-def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
+class EdgeTables:
+    """Every partition's dependency edges as compressed Arrow IPC streams (EDGE_SCHEMA), decoded
+    one at a time: the driver holds only the graph (int32 vertices, int8 kinds) of every edge
+    and the evidence of the few inside strongly connected components."""
+
+    def __init__(self, payloads: list[pa.Buffer]):
+        self.payloads = payloads
+
+    def tables(self) -> Iterator[pa.Table]:
+        for payload in self.payloads:
+            yield pa.ipc.open_stream(payload).read_all()
+
+    def graph(self, vertex_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(u, v, kind) of every edge, u and v as vertices (vertex_of maps op index to vertex)."""
+        parts = [(vertex_of[t["src"].to_numpy()], vertex_of[t["dst"].to_numpy()], t["kind"].to_numpy())
+                 for t in self.tables()]
+        return tuple(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, (np.int32, np.int32, np.int8)[i])
+                     for i in range(3))
+
+    def rows(self, keep: np.ndarray) -> pa.Table:
+        """The edges where keep (over all edges, in graph order) is true, with topic as a string."""
+        kept, start = [], 0
+        for table in self.tables():
+            part = table.filter(pa.array(keep[start:start + table.num_rows]))
+            kept.append(part.set_column(3, "topic", pc.cast(part["topic"], pa.string())))
+            start += table.num_rows
+        schema = EDGE_SCHEMA.set(3, pa.field("topic", pa.string()))
+        return pa.concat_tables(kept) if kept else schema.empty_table()
+
+
+def find_cycles(edges: EdgeTables, ops: pa.Table) -> list[Cycle]:
     """One cycle per strongly connected component and anomaly name.
 
-    edges: every partition's dependency edges (EDGE_SCHEMA, any order); ops: every client
-    op's completion (index, type, invoke_time_ns, time_ns) in index order.
+    ops: every client op's completion (index, type, invoke_time_ns, time_ns) in index order.
     """
     op_index = ops.column("index").to_numpy()
     vertex_of = np.full(int(op_index[-1]) + 1 if len(op_index) else 0, -1, np.int32)  # op index -> position
     vertex_of[op_index] = np.arange(len(op_index), dtype=np.int32)
-    dep_u, dep_v = vertex_of[edges.column("src").to_numpy()], vertex_of[edges.column("dst").to_numpy()]
+    dep_u, dep_v, _ = edges.graph(vertex_of)
     assert (dep_u >= 0).all() and (dep_v >= 0).all(), "an edge names an op the history lacks"
     rt_u, rt_v = realtime_edges(ops)
     component = _strong_components(len(op_index), np.concatenate([dep_u, rt_u]), np.concatenate([dep_v, rt_v]))
     # every cycle lies inside one component: the edges between components are never needed
-    inside = edges.filter(pa.array(component[dep_u] == component[dep_v]))
-    dependency = _in_order(inside.set_column(3, "topic", pc.cast(inside["topic"], pa.string())))
+    dependency = _in_order(edges.rows(component[dep_u] == component[dep_v]))
+    del dep_u, dep_v
     rt = component[rt_u] == component[rt_v]
     src = np.concatenate([dependency.column("src").to_numpy(), op_index[rt_u[rt]]])
     dst = np.concatenate([dependency.column("dst").to_numpy(), op_index[rt_v[rt]]])
