@@ -19,8 +19,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from faults.workload import key_of
-from spec.history import NEMESIS_PROCESS, Op, Poll, Send
+from spec.history import NEMESIS_PROCESS, Op, Poll, Send, key_of
 
 
 def op_edn(op: Op) -> str:

@@ -27,8 +27,7 @@ from pathlib import Path
 from faults.net import HOST
 from faults.recorder import Recorder
 from faults.targets import Target, proxy_name
-from faults.workload import topic_partition
-from spec.history import NEMESIS_PROCESS
+from spec.history import NEMESIS_PROCESS, topic_partition
 
 PACKAGES = ("partition", "kill", "pause", "link")
 PARTITION_VARIANTS = ("one", "leader", "halves", "majorities-ring", "bridge")

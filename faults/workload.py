@@ -33,7 +33,7 @@ import traceback
 from dataclasses import dataclass
 
 from faults.recorder import Recorder
-from spec.history import Poll, Record, Send
+from spec.history import Poll, Record, Send, key_of, topic_partition
 
 POLL_RECORDS_MAX = 500
 ADMIN_TIMEOUT_S = 30.0
@@ -42,17 +42,6 @@ CLIENT_LOGGER = logging.getLogger("faults.clients")  # run.py sends it to the ru
 FINAL_POLL_TIMEOUT_S = 1.0
 LATE_START_S_MAX = 1.0        # a process this far behind its pace skips ahead instead of bursting
 TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
-
-
-def topic_partition(key: int) -> tuple[str, int]:
-    """Jepsen's mapping of an abstract key to a Kafka topic-partition."""
-    return f"t{key // 2}", key % 2
-
-
-def key_of(topic: str, partition: int) -> int:
-    """The abstract key of a workload topic-partition (the inverse of topic_partition)."""
-    assert topic.startswith("t") and partition in (0, 1), (topic, partition)
-    return int(topic[1:]) * 2 + partition
 
 
 def encode_long(n: int) -> bytes:

@@ -13,14 +13,9 @@ from pathlib import Path
 
 from spark_validation.edn import Keyword, read_all, to_json
 from spec.history import (ASSIGNMENT_FS, CLIENT_FS, NEMESIS_PROCESS, Op, Poll, Record, Send, ops_table,
-                          write_history)
+                          topic_partition, write_history)
 
 OP_FIELDS = ("index", "time", "process", "type", "f", "value")
-
-
-def topic_partition(key: int) -> tuple[str, int]:
-    """Jepsen's mapping of an abstract key to a Kafka topic-partition."""
-    return f"t{key // 2}", key % 2
 
 
 def jepsen_ops(records: list[dict]) -> list[Op]:

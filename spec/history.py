@@ -116,6 +116,17 @@ class Op:
         assert self.type != "invoke" or self.invoke_time_ns in (None, self.time_ns)
 
 
+def topic_partition(key: int) -> tuple[str, int]:
+    """Jepsen's mapping of an abstract key to a Kafka topic-partition (two partitions a topic)."""
+    return f"t{key // 2}", key % 2
+
+
+def key_of(topic: str, partition: int) -> int:
+    """The abstract key of a workload topic-partition (the inverse of topic_partition)."""
+    assert topic.startswith("t") and partition in (0, 1), (topic, partition)
+    return int(topic[1:]) * 2 + partition
+
+
 def op_rows(op: Op) -> list[dict]:
     """The Parquet rows of one op, in seq order."""
     base = {"index": op.index, "process": op.process, "type": op.type, "f": op.f, "time_ns": op.time_ns,

@@ -8,7 +8,8 @@ import pytest
 
 from spark_validation.checker import resolve_history, run_checks
 from spark_validation.edn import EdnError, Keyword, read_all
-from spark_validation.jepsen import read_edn_history, topic_partition
+from spark_validation.jepsen import read_edn_history
+from spec.history import topic_partition
 from spec.history import NEMESIS_PROCESS, Poll, Send, ops_from_table, ops_table
 
 FIXTURES = Path(__file__).parent / "fixtures"
