@@ -1,7 +1,10 @@
 """`kspec topics`: create, list, describe, alter and delete topics (as kafka-topics.sh does).
 
 `describe` shows, per partition, the leader, replicas, in-sync replicas, the leader epoch and
-the offsets a client can see: log start offset, high watermark and last stable offset.
+the partition's offsets: log start offset, log end offset, high watermark and last stable
+offset. The log end offset is not something a consumer may see: it is asked of each leader
+with a raw ListOffsets whose replica_id is -2, the id Kafka's debugging tools use, which Kafka
+answers with the leader's log end offset instead of the high watermark.
 """
 from __future__ import annotations
 
@@ -10,14 +13,20 @@ from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewPartitions, NewTopic, OffsetSpec)
 
+from conformance.wire import WireClient
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, BadUsage, ConnectionWatch, OpsError, OpsGroup,
                               await_metadata, bootstrap_option, client_config, node_list, parse_configs,
                               print_table, require_topic, result)
+from reference.protocol.api_keys import ApiKey
 
 PARTITIONS_MAX = 100_000  # a sanity bound on --partitions; brokers enforce their own limits
 REPLICATION_FACTOR_MAX = 1_000
 BROKER_DEFAULT = -1  # CreateTopics v4+: use the broker's num.partitions / default.replication.factor
 NO_LEADER = -1
+DEBUGGING_REPLICA_ID = -2  # ListOffsets from a tool: LATEST is the log end offset, not the high watermark
+LATEST_TIMESTAMP = -1
+LIST_OFFSETS_VERSION = 1  # the oldest version every broker since Kafka 0.10.1 still answers
+LOG_END_OFFSET_TIMEOUT_S = 5.0  # per leader; a broker that does not answer shows "-"
 
 partitions_type = click.IntRange(1, PARTITIONS_MAX)
 config_option = click.option("--config", "configs", multiple=True, callback=parse_configs, metavar="KEY=VALUE",
@@ -88,10 +97,12 @@ def describe(names: tuple[str, ...], bootstrap: str) -> None:
     """Show topics' partitions: leaders, replicas, ISR, epochs, offsets.
 
     For each topic (all when none is named): its id and config overrides, then per partition
-    the leader, replicas, in-sync replicas, leader epoch, log start offset, high watermark
-    and last stable offset.
+    the leader, replicas, in-sync replicas, leader epoch, log start offset, log end offset,
+    high watermark and last stable offset.
 
-    The leader epoch is the one ListOffsets reports with the partition's latest offset.
+    The leader epoch is the one ListOffsets reports with the partition's latest offset. The
+    log end offset is asked of the leader with replica_id -2 (Kafka's debugging id); a broker
+    that does not answer that shows "-".
 
     \b
     Example:
@@ -111,6 +122,7 @@ def describe(names: tuple[str, ...], bootstrap: str) -> None:
         description = result(f"cannot describe topic {name!r}", descriptions[name])
         partitions = [TopicPartition(name, p.id) for p in description.partitions]
         offsets = partition_offsets(admin, partitions)
+        end_offsets = log_end_offsets(name, description.partitions)
         overrides = {key: entry.value for key, entry in
                      result(f"cannot read configs of {name!r}", configs_by_topic[name]).items()
                      if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
@@ -122,9 +134,9 @@ def describe(names: tuple[str, ...], bootstrap: str) -> None:
         for p in description.partitions:
             log_start, high_watermark, last_stable, leader_epoch = offsets[TopicPartition(name, p.id)]
             rows.append([p.id, p.leader.id if p.leader else NO_LEADER, node_list(p.replicas), node_list(p.isr),
-                         leader_epoch, log_start, high_watermark, last_stable])
+                         leader_epoch, log_start, end_offsets.get(p.id), high_watermark, last_stable])
         print_table(["PARTITION", "LEADER", "REPLICAS", "ISR", "LEADER-EPOCH", "LOG-START-OFFSET",
-                     "HIGH-WATERMARK", "LAST-STABLE-OFFSET"], rows)
+                     "LOG-END-OFFSET", "HIGH-WATERMARK", "LAST-STABLE-OFFSET"], rows)
 
 
 def partition_offsets(admin: AdminClient, partitions: list[TopicPartition]) -> dict:
@@ -150,6 +162,27 @@ def partition_offsets(admin: AdminClient, partitions: list[TopicPartition]) -> d
         leader_epoch = latest[tp].leader_epoch
         answers[key] = (earliest[tp].offset, latest[tp].offset, stable[tp].offset,
                         leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None)
+    return answers
+
+
+def log_end_offsets(topic: str, partitions) -> dict[int, int]:
+    """Partition index -> the leader's log end offset, for the partitions whose leader answers
+    ListOffsets LATEST for replica_id -2 without an error (the others are left out)."""
+    by_leader: dict[str, list[int]] = {}
+    for p in partitions:
+        if p.leader is not None:
+            by_leader.setdefault(f"{p.leader.host}:{p.leader.port}", []).append(p.id)
+    answers: dict[int, int] = {}
+    for address, indexes in by_leader.items():
+        body = {"replica_id": DEBUGGING_REPLICA_ID, "topics": [{"name": topic, "partitions": [
+            {"partition_index": index, "timestamp": LATEST_TIMESTAMP} for index in indexes]}]}
+        try:
+            with WireClient(address, client_id="kspec-topics", timeout_s=LOG_END_OFFSET_TIMEOUT_S) as wire:
+                response = wire.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+        except (OSError, ValueError):  # unreachable, closed, timed out, or an answer that does not decode
+            continue
+        answers.update({p.partition_index: p.offset for t in response.topics for p in t.partitions
+                        if p.error_code == 0 and p.offset >= 0})
     return answers
 
 

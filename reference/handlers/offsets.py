@@ -1,7 +1,8 @@
 """ListOffsets (key 2) and DeleteRecords (key 21): find offsets in a log, move its start.
 
 ListOffsets special timestamps (ListOffsetsRequest): -1 LATEST (the high watermark, or the
-last stable offset for isolation_level=read_committed, v2+), -2 EARLIEST (log start),
+last stable offset for isolation_level=read_committed, v2+; the log end offset when the asker
+is not a consumer, e.g. replica_id -2, the debugging id tools use), -2 EARLIEST (log start),
 -3 MAX_TIMESTAMP (KIP-734), -4 EARLIEST_LOCAL (KIP-405: the log start, nothing is tiered),
 -5 LATEST_TIERED and -6 EARLIEST_PENDING_UPLOAD (nothing is tiered: no offset). Any other
 value finds the first offset whose timestamp is at least that value; read_committed
@@ -22,6 +23,7 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 READ_COMMITTED = 1
+CONSUMER_REPLICA_ID = -1
 NO_TIMESTAMP = -1
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -38,7 +40,10 @@ def handle_list_offsets(broker: Broker, request, context: RequestContext) -> dic
                 partition = broker.partition(topic_partition)
                 check_current_leader_epoch(partition, wanted.get("current_leader_epoch", -1))  # v4+
                 visible_offset = partition.high_watermark
-                if request.get("isolation_level", 0) == READ_COMMITTED:
+                if request.replica_id != CONSUMER_REPLICA_ID:
+                    # A follower, or a tool with the debugging id -2: Kafka answers the log end offset, no isolation.
+                    visible_offset = partition.log.log_end_offset
+                elif request.get("isolation_level", 0) == READ_COMMITTED:
                     visible_offset = txn_node(broker, context.now_ms).last_stable_offset(topic_partition)
                 timestamp, offset = _lookup(partition, wanted.timestamp, visible_offset)
                 answer = {"error_code": ErrorCode.NONE, "timestamp": timestamp, "offset": offset,

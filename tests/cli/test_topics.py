@@ -69,7 +69,7 @@ def test_describe_shows_leaders_replicas_epochs_and_offsets_per_partition(target
     assert [row[0] for row in rows] == ["0", "1", "2"]
     partitions = described_partitions(target, topic)
     high_watermarks = {0: 0, 1: 5, 2: 2}
-    for partition, leader, replicas, isr, epoch, log_start, high_watermark, last_stable in rows:
+    for partition, leader, replicas, isr, epoch, log_start, log_end, high_watermark, last_stable in rows:
         metadata = partitions[int(partition)]
         assert int(leader) == metadata["leader_id"]
         assert replicas == ",".join(map(str, metadata["replica_nodes"]))
@@ -77,7 +77,7 @@ def test_describe_shows_leaders_replicas_epochs_and_offsets_per_partition(target
         if int(high_watermark) > 0:  # ListOffsets names the leader epoch of the latest record
             assert int(epoch) == metadata["leader_epoch"]
         assert int(log_start) == 0
-        assert int(high_watermark) == int(last_stable) == high_watermarks[int(partition)]
+        assert int(log_end) == int(high_watermark) == int(last_stable) == high_watermarks[int(partition)]
 
 
 def test_describe_lists_config_overrides(target):
