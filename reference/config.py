@@ -73,6 +73,7 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5000
     # Transaction coordinator (reference/transaction/); Kafka's default partition count is 50.
     transaction_state_log_num_partitions: int = 8
+    transaction_state_log_replication_factor: int = 3  # capped by the brokers alive when the topic is created
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default.

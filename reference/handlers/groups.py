@@ -23,7 +23,6 @@ from reference.coordinator.effects import Effects
 from reference.coordinator.records import CONSUMER_OFFSETS_TOPIC, encode_key
 from reference.handlers.context import RequestContext
 from reference.node.broker import Broker, TopicPartition
-from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.transaction.partition import committed_records
@@ -236,22 +235,21 @@ def handle_find_coordinator(broker: Broker, request, context: RequestContext) ->
     node = group_node(broker, context.now_ms)
     keys = (request.coordinator_keys if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION
             else [request.key])
-    found = [_find(broker, node, request.key_type, key) for key in keys]
+    found = [_find(broker, node, request.key_type, key, context.now_ms) for key in keys]
     if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION:
         return {"coordinators": [{"key": key, **each} for key, each in zip(keys, found)]}
     return found[0]
 
 
-def _find(broker: Broker, node: GroupNode, key_type: int, key: str) -> dict:
+def _find(broker: Broker, node: GroupNode, key_type: int, key: str, now_ms: int) -> dict:
     if key_type not in COORDINATOR_KEY_TYPES:
         return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"key type {key_type}"}
     if COORDINATOR_KEY_TYPES[key_type] == "group":
         leader = broker.partition_leader(CONSUMER_OFFSETS_TOPIC, node.coordinator.partition_for(key))
-    elif ApiKey.END_TXN in broker.api_versions():  # transactions: this node, where they are offered
-        leader = (broker.config.node_id, *broker.config.advertised)
     else:
-        leader = None
+        from reference.handlers.transactions import txn_node  # imports this module
+        leader = txn_node(broker, now_ms).coordinator_node(key, now_ms)
     if leader is None:
         return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 "error_message": None}

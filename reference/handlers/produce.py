@@ -11,6 +11,8 @@ A transactional batch is first checked against its transaction (handlers/transac
 """
 from __future__ import annotations
 
+import inspect
+
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.transactions import txn_node
@@ -23,6 +25,19 @@ NO_TIMESTAMP = -1
 
 
 def handle_produce(broker: Broker, request, context: RequestContext):
+    verifying = txn_node(broker, context.now_ms).verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
+    if verifying is not None:
+        return _produce_once_verified(verifying, broker, request, context)
+    return _produce(broker, request, context)
+
+
+async def _produce_once_verified(verifying, broker: Broker, request, context: RequestContext) -> dict | None:
+    await verifying
+    response = _produce(broker, request, context)
+    return await response if inspect.isawaitable(response) else response
+
+
+def _produce(broker: Broker, request, context: RequestContext):
     responses = []
     failures = []
     delayed = []  # (partition response, topic partition, offset the ISR must pass)

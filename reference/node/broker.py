@@ -23,7 +23,7 @@ from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
-from reference.storage import Log, LogConfig
+from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -72,6 +72,7 @@ class PartitionState:
 
 class Broker:
     acks_purgatory = None  # a cluster's shell sets its AcksPurgatory: acks=all then waits for the ISR
+    send_request = None  # a cluster's shell sets it: `await send_request(broker_id, api_key, version, body)`
 
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
         assert config.log_dirs, "log.dirs is required"
@@ -263,14 +264,15 @@ class Broker:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
         return self.partitions[topic_partition]
 
-    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1):
-        """Append a produced batch as leader; return the storage's LogAppendInfo. With acks=all
-        the ISR (this node alone) must reach min.insync.replicas first."""
+    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1,
+               origin: AppendOrigin = AppendOrigin.CLIENT):
+        """Append a produced batch (or a coordinator's marker) as leader; return the storage's
+        LogAppendInfo. With acks=all the ISR (this node alone) must reach min.insync.replicas first."""
         partition = self.partition(topic_partition)
         if acks == -1 and partition.log.config.min_insync_replicas > 1:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR size 1 < min.insync.replicas={partition.log.config.min_insync_replicas}")
-        info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms)
+        info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms, origin)
         partition.advance_high_watermark()
         self.appended.add(topic_partition)
         return info

@@ -31,7 +31,6 @@ from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerStat
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode, parse_voters
-from reference.protocol.api_versions import CLUSTER_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.replication import (
     AlterPartitionRequest,
@@ -44,7 +43,7 @@ from reference.replication import (
     ReplicationBugs,
     Role,
 )
-from reference.storage import Log
+from reference.storage import AppendOrigin, Log
 
 IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", "ProducerIdsRecord"}
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -91,9 +90,6 @@ class ClusterBroker(Broker):
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     # ------------------------------------------------------------ the controller quorum
-
-    def api_versions(self) -> dict:
-        return CLUSTER_API_VERSIONS  # without the transaction APIs, whose coordinator does not follow leadership yet
 
     @property
     def controller_id(self) -> int:
@@ -314,8 +310,9 @@ class ClusterBroker(Broker):
                              f"broker {self.config.node_id} is not the leader of {topic_partition}")
         return replica
 
-    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1):
-        info = self.replica(topic_partition).append_as_leader(records, acks, now_ms)
+    def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1,
+               origin: AppendOrigin = AppendOrigin.CLIENT):
+        info = self.replica(topic_partition).append_as_leader(records, acks, now_ms, origin)
         self.appended.add(topic_partition)
         self.changed.add(topic_partition)
         return info

@@ -56,18 +56,6 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 REFUSED_VERSIONS: dict[ApiKey, range] = {ApiKey.PRODUCE: range(0, 3)}
 
 
-# The transaction APIs. Their coordinator keeps state in `__transaction_state` and writes markers
-# in-process; in a replicated cluster it does not yet move with that topic's partition leaders or
-# send markers to other brokers, so a cluster node leaves them out of ApiVersions rather than
-# advertise what it cannot serve. (Group coordination follows leadership: reference/handlers/groups.py.)
-TRANSACTION_APIS = frozenset({
-    ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.WRITE_TXN_MARKERS,
-    ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS,
-})
-CLUSTER_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
-    key: versions for key, versions in SUPPORTED_API_VERSIONS.items() if key not in TRANSACTION_APIS}
-
-
 def is_supported(api_key: int, api_version: int,
                  advertised: dict[ApiKey, tuple[int, int]] = SUPPORTED_API_VERSIONS) -> bool:
     if api_key not in advertised:

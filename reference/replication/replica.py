@@ -23,7 +23,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import iter_batches
 from reference.replication.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from reference.storage import Log
-from reference.storage.log import LogAppendInfo, LogReadInfo
+from reference.storage.log import AppendOrigin, LogAppendInfo, LogReadInfo
 
 NO_LEADER = -1
 UNKNOWN_OFFSET = -1
@@ -216,14 +216,15 @@ class PartitionReplica:
         pending = self.pending_alter_partition.new_isr if self.pending_alter_partition else ()
         return tuple(sorted(set(self.isr) | set(pending)))
 
-    def append_as_leader(self, records: bytes, acks: int, now_ms: int) -> LogAppendInfo:
-        """A produced batch; NOT_ENOUGH_REPLICAS before the append when acks=all and the ISR is
-        below min.insync.replicas."""
+    def append_as_leader(self, records: bytes, acks: int, now_ms: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """A produced batch (or a transaction marker); NOT_ENOUGH_REPLICAS before the append
+        when acks=all and the ISR is below min.insync.replicas."""
         self._check_leader()
         if acks == -1 and len(self.isr) < self.config.min_insync_replicas:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR {list(self.isr)} < min.insync.replicas={self.config.min_insync_replicas}")
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms, origin)
         self._maybe_advance_high_watermark()
         return info
 

@@ -12,8 +12,10 @@ Tasks, each a loop around the sans-IO cores:
 - replica fetchers: one per leader this node follows; OffsetForLeaderEpoch while a replica
   truncates, then Fetch with the replica id, long-polling on the leader.
 - tick: ISR shrinks and expansions go to the controller as AlterPartition.
-- groups: the group coordinator's timers, and internal topics it wants created through the
-  active controller (replication factor capped by the live brokers).
+- groups and transactions: the coordinators' timers, and internal topics they want created
+  through the active controller (replication factor capped by the live brokers).
+- inter-broker requests for the transaction coordinator (`broker.send_request`): markers to
+  partition leaders, KIP-890 verification, producer ids; one connection per broker.
 """
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ import logging
 
 from reference.handlers.context import CloseConnection
 from reference.handlers.groups import has_group_node, tick_groups
+from reference.handlers.transactions import tick_transactions
 from reference.node.broker import TopicPartition
 from reference.node.cluster import ClusterBroker
 from reference.node.quorum import decode_raft_message, encode_raft_message
 from reference.protocol.api_keys import ApiKey
+from reference.protocol.api_versions import is_supported
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
@@ -93,12 +97,14 @@ class ClusterServer(BrokerServer):
         super().__init__(broker)
         self.acks = AcksPurgatory()
         broker.acks_purgatory = self.acks
+        broker.send_request = self._send_request
         client_id = f"kspec-node-{broker.config.node_id}"
         self._voter_connections = {node_id: PeerConnection(host, port, client_id)
                                    for node_id, (host, port) in broker.voters.items()}
         self._raft_connections = {node_id: PeerConnection(host, port, client_id)
                                   for node_id, (host, port) in broker.voters.items()}
         self._raft_queues: dict[int, asyncio.Queue] = {}
+        self._broker_connections: dict[int, PeerConnection] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
         self._creating: dict[str, asyncio.Task] = {}  # internal topics being created through the controller
         self._commit_waiters: list[tuple[int, asyncio.Future]] = []
@@ -127,7 +133,8 @@ class ClusterServer(BrokerServer):
                 pass
         await cancel_and_wait([*self._tasks, *self._fetchers.values()])
         self.acks.wake_all()
-        for connection in [*self._voter_connections.values(), *self._raft_connections.values()]:
+        for connection in [*self._voter_connections.values(), *self._raft_connections.values(),
+                           *self._broker_connections.values()]:
             connection.close()
         await super().stop()
 
@@ -141,11 +148,27 @@ class ClusterServer(BrokerServer):
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
             return encode_response_chunks(api_key, header.api_version, header.correlation_id,
                                           {"error_code": error, "payload": payload})
-        if api_key in CONTROLLER_APIS:
+        if api_key in CONTROLLER_APIS and not self._is_transactional_init(header, frame[body_offset:]):
             return await self._on_controller_api(frame)
         chunks = await super()._handle(frame)
         self._notify()
         return chunks
+
+    @staticmethod
+    def _is_transactional_init(header, body) -> bool:
+        """InitProducerId with a transactional id is for the transaction coordinator, not the controller."""
+        return (header.api_key == ApiKey.INIT_PRODUCER_ID and is_supported(header.api_key, header.api_version)
+                and decode_request(header.api_key, header.api_version, body).transactional_id is not None)
+
+    async def _send_request(self, broker_id: int, api_key: int, version: int, body: dict):
+        address = self.broker.broker_address(broker_id)
+        if address is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        connection = self._broker_connections.get(broker_id)
+        if connection is None or connection.address != address:
+            connection = self._broker_connections[broker_id] = PeerConnection(
+                *address, f"kspec-broker-{self.broker.config.node_id}")
+        return await connection.call(api_key, version, body)
 
     async def _fetch(self, request, context) -> dict:
         response = await super()._fetch(request, context)
@@ -333,6 +356,7 @@ class ClusterServer(BrokerServer):
                     asyncio.create_task(self._send_alter_partition(request))
                 if has_group_node(self.broker):
                     tick_groups(self.broker, now)
+                tick_transactions(self.broker, now)
                 for name, (partitions, replication_factor, configs) in self.broker.wanted_internal_topics.items():
                     if name not in self._creating:
                         self._creating[name] = asyncio.create_task(self._create_internal_topic(

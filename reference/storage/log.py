@@ -22,6 +22,7 @@ snapshot and rebuilt from there by replaying batches (IDM-1).
 from __future__ import annotations
 
 import bisect
+import enum
 import logging
 import os
 import shutil
@@ -40,6 +41,15 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 SNAPSHOT_SUFFIX = ".snapshot"
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends as leader (Kafka's AppendOrigin). A client's batch is a Produce request's
+    and may not be a control batch; the transaction coordinator's is a transaction marker,
+    which is one (KIP-98)."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 @dataclass(frozen=True)
@@ -167,15 +177,19 @@ class Log:
 
     # ------------------------------------------------------------ appending
 
-    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int) -> LogAppendInfo:
-        """Validate a Produce request's records for this partition, check producer state,
-        assign offsets and append. Raises KafkaError (see records.validate_produce and
-        producer_state). A duplicate idempotent batch is not appended; its original offsets
-        are returned."""
-        (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
-        if self.config.compact and any(record.key is None for record in batch.records()):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key")
-        if batch.producer_id >= 0:
+    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
+        """Validate a Produce request's records (or a coordinator's transaction marker) for
+        this partition, check producer state, assign offsets and append. Raises KafkaError (see
+        records.validate_produce and producer_state). A duplicate idempotent batch is not
+        appended; its original offsets are returned."""
+        if origin is AppendOrigin.COORDINATOR:
+            batch = self._check_marker(records)
+        else:
+            (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
+            if self.config.compact and any(record.key is None for record in batch.records()):
+                raise KafkaError(ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key")
+        if batch.producer_id >= 0 and not batch.is_control:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:
                 return LogAppendInfo(duplicate.first_offset, duplicate.last_offset,
@@ -195,6 +209,20 @@ class Log:
         return LogAppendInfo(appended.base_offset, appended.last_offset,
                              now_ms if log_append_time_ms is not None else -1,
                              self._log_start_offset, appended.records_count)
+
+    def _check_marker(self, records: bytes | memoryview) -> RecordBatch:
+        """A transaction marker: one transactional control batch with one record, CRC valid,
+        from a producer epoch no older than the one this partition knows (INVALID_PRODUCER_EPOCH)."""
+        batches = list(iter_batches(records))
+        assert len(batches) == 1 and sum(b.size_bytes for b in batches) == len(records), "one marker batch"
+        (batch,) = batches
+        assert isinstance(batch, RecordBatch) and batch.crc_is_valid(), "a v2 marker batch with a valid CRC"
+        assert batch.is_control and batch.is_transactional and batch.records_count == 1, "a control batch"
+        known = self.producer_state.producers.get(batch.producer_id)
+        if known is not None and batch.producer_epoch < known.producer_epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, f"marker of producer {batch.producer_id} epoch "
+                             f"{batch.producer_epoch} is older than epoch {known.producer_epoch}")
+        return batch
 
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches fetched from the partition leader as they are: the leader's offsets

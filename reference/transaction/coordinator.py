@@ -334,6 +334,21 @@ class TransactionCoordinator:
         effects.records.append(TxnStateRecord(self.partition_for(metadata.transactional_id),
                                               encode_key(metadata.transactional_id), encode_value(metadata.log_value())))
 
+    def load(self, partition: int, coordinator_epoch: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Become the coordinator of a `__transaction_state` partition: replay its records (key,
+        value) in log order under the partition's leader epoch, the coordinator epoch its markers carry."""
+        assert partition not in self.coordinator_epochs, partition
+        self.coordinator_epochs[partition] = coordinator_epoch
+        for key, value in records:
+            assert self.partition_for(decode_key(key)) == partition
+            self.replay(key, value)
+
+    def unload(self, partition: int) -> None:
+        """Stop coordinating a partition (leadership moved, or its log must be re-read)."""
+        del self.coordinator_epochs[partition]
+        for transactional_id in [t for t in self.transactions if self.partition_for(t) == partition]:
+            del self.transactions[transactional_id]
+
     def replay(self, key: bytes, value: bytes | None) -> None:
         """Apply one __transaction_state record, in log order (load and failover)."""
         transactional_id = decode_key(key)

@@ -15,6 +15,11 @@ the partition is in the producer's transaction. A marker removes the producer's 
 write verified before the marker and appended after it is refused. TransactionBugs switches
 historical behaviour back on.
 
+Each marker carries its coordinator's epoch (the leader epoch of the coordinator's
+`__transaction_state` partition). A marker from an older coordinator epoch than the last one
+this partition saw for that producer comes from a coordinator that has since been replaced,
+and is refused with TRANSACTION_COORDINATOR_FENCED (KIP-98).
+
 Sans-IO and in memory: `rebuild` replays a log's batches after a restart.
 """
 from __future__ import annotations
@@ -57,6 +62,7 @@ class PartitionTransactions:
     ongoing: dict[int, int] = field(default_factory=dict)  # producer id -> first offset of its open transaction
     aborted: list[AbortedTxn] = field(default_factory=list)  # by last offset
     guards: dict[int, VerificationGuard] = field(default_factory=dict)  # producer id -> guard
+    coordinator_epochs: dict[int, int] = field(default_factory=dict)  # producer id -> epoch of its last marker
 
     def first_unstable_offset(self) -> int | None:
         return min(self.ongoing.values(), default=None)
@@ -86,6 +92,13 @@ class PartitionTransactions:
                              f"producer {batch.producer_id}: the transaction was not verified with its coordinator, "
                              "or it ended since (KIP-890)")
 
+    def check_marker(self, producer_id: int, coordinator_epoch: int) -> None:
+        """Raise TRANSACTION_COORDINATOR_FENCED for a marker from a replaced coordinator."""
+        if coordinator_epoch < self.coordinator_epochs.get(producer_id, coordinator_epoch):
+            raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                             f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                             f"after one from epoch {self.coordinator_epochs[producer_id]}")
+
     def on_append(self, batch: RecordBatch, base_offset: int) -> None:
         """Record a batch appended at `base_offset`, a write from a client or a marker."""
         if not batch.is_transactional:
@@ -98,6 +111,8 @@ class PartitionTransactions:
         (record,) = batch.records()
         marker = ControlRecord.from_record(record)
         self.guards.pop(producer_id, None)
+        self.coordinator_epochs[producer_id] = max(marker.coordinator_epoch,
+                                                   self.coordinator_epochs.get(producer_id, marker.coordinator_epoch))
         first_offset = self.ongoing.pop(producer_id, None)
         if marker.control_type == CONTROL_TYPE_ABORT and first_offset is not None:
             last_stable_offset = self.first_unstable_offset()
