@@ -145,12 +145,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                 progress(Status("main", elapsed_s, options.time_limit_s, rate.update(recorder),
                                 dict(recorder.completions), dict(nemesis.active)))
                 time.sleep(TICK_S)
+            # ops completed within the main phase; the sends still in flight at its end complete in workload.stop()
+            main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
             workload.stop()
             for action, package in schedule.heal_all() if schedule else ():
                 nemesis.apply(action, package)
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
-        main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         quiet_until_s = time.monotonic() + options.quiet_s
         while (left_s := quiet_until_s - time.monotonic()) > 0:
             progress(Status("quiet", options.time_limit_s, options.time_limit_s, rate.update(recorder),

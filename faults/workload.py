@@ -2,27 +2,36 @@
 
 As in jepsen.tests.kafka (research/jepsen.md section 1): abstract integer keys map to
 topic "t{key // 2}", partition key % 2; values are unique per key (one shared counter
-per key), sent as 8-byte big-endian longs. Each client *process* owns one producer and
-one consumer and runs one op at a time, paced so that all processes together invoke
-about rate_hz ops per second:
+per key), sent as 8-byte big-endian longs. concurrency worker threads invoke ops, paced
+so that together they invoke about rate_hz ops per second. A worker owns one consumer
+(its polling process) and one idempotent producer, and its sends are pipelined:
 
-- send: 1..sends_per_op_max records to random keys; ok when every record was acked
-  (with its offset), fail only when no record can have been written (the error is one
-  librdkafka raises before sending), info otherwise. After an info the process ends and
-  a new one (new producer, new consumer, process id + concurrency) takes its place.
+- send: 1..sends_per_op_max records to random keys, handed to the producer without
+  waiting; the op completes from the records' delivery reports: ok when every record
+  was acked (with its offset), fail only when no record can have been written (never
+  handed over, or an error librdkafka raises before sending), info otherwise. A send
+  waiting on an unreachable leader so holds up no other op, as a faulted partition
+  holds up no other partition in the producer. Each send in flight is its own Jepsen
+  process (one op at a time per process, as histories require): after ok or fail its
+  id serves a later send, after info it is retired, as Jepsen retires a process whose
+  op is indeterminate. A producer with a fatal error is replaced.
 - poll: one consumer.consume(); ok with the records grouped by key, as Jepsen's poll
   value is (a map of key to records); within a key they stay in offset order.
 - assign: with probability assign_p, a new random set of keys; kept keys keep their
   position, new ones start at the earliest offset (the workload never commits).
-- crash: with probability crash_p, the process drops its clients (a consumer crash).
+- crash: with probability crash_p, the polling process drops its consumer and a new
+  one (new process id) takes its place (a consumer crash).
 - txn (with txn set, in place of send and poll): 1..TXN_MOPS_MAX sends and polls in one
-  transaction, the polled offsets sent to it, then commit; see Client.txn.
+  transaction, the polled offsets sent to it, then commit; see Client.txn. A transaction
+  runs one at a time on the worker's transactional producer; after any outcome but ok the
+  process ends and a new one (new producer, new consumer) takes its place.
 
 After the main phase, `final_reads` has a fresh process assign every key from the
 beginning and poll until it has read up to each partition's high watermark.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import random
@@ -31,9 +40,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from typing import Iterator
 
 from faults.recorder import Recorder
-from spec.history import Poll, Record, Send, key_of, topic_partition
+from spec.history import Op, Poll, Record, Send, key_of, topic_partition
 
 POLL_RECORDS_MAX = 500
 ADMIN_TIMEOUT_S = 30.0
@@ -42,6 +52,8 @@ CLIENT_LOGGER = logging.getLogger("faults.clients")  # run.py sends it to the ru
 FINAL_POLL_TIMEOUT_S = 1.0
 LATE_START_S_MAX = 1.0        # a process this far behind its pace skips ahead instead of bursting
 TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
+SENDS_IN_FLIGHT_MAX = 512     # a worker's pipelined sends; at the limit it waits for delivery reports
+SERVE_WAIT_S_MAX = 0.1        # the longest a worker waits for delivery reports before looking again
 
 
 def encode_long(n: int) -> bytes:
@@ -78,15 +90,113 @@ class WorkloadOptions:
         return sorted({topic_partition(k)[0] for k in range(self.key_count)})
 
 
+NOT_HANDED_OVER = "not handed over to the producer"  # the error of a record produce() refused
+
+
 # librdkafka errors that mean the records never left the client: a definite failure.
+@functools.cache
 def _definite_error_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
     return frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION, KafkaError._INVALID_ARG,
                       KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 
+def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None = None) -> dict:
+    return {"bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
+            "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
+            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **(extra or {})}
+
+
+@dataclass
+class _SendInFlight:
+    invocation: Op
+    records: list[Record]
+    outcomes: list[tuple | None]  # per record: (error, offset) once known
+    waiting: int                  # delivery reports still to come
+
+
+class Sender:
+    """A worker's idempotent producer with pipelined sends (see the module docstring).
+
+    Single-threaded: send, serve and close run on the worker's thread, and so do the
+    delivery callbacks (librdkafka runs them inside producer.poll and flush)."""
+
+    def __init__(self, bootstrap: str, options: WorkloadOptions, recorder: Recorder,
+                 process_ids: Iterator[int]) -> None:
+        from confluent_kafka import Producer
+        self.recorder = recorder
+        self.process_ids = process_ids
+        self.producer = Producer(producer_config(bootstrap, options))
+        self.in_flight: dict[int, _SendInFlight] = {}  # process -> its send
+        self.idle_processes: list[int] = []
+        self.fatal = False  # the producer hit a fatal error: every later send would fail
+
+    def send(self, records: list[Record]) -> None:
+        """Invoke one send op and hand its records over; it completes in a later serve or close."""
+        from confluent_kafka import KafkaException
+        while len(self.in_flight) >= SENDS_IN_FLIGHT_MAX:  # bounded: every record times out by message.timeout.ms
+            self.producer.poll(SERVE_WAIT_S_MAX)
+        process = self.idle_processes.pop() if self.idle_processes else next(self.process_ids)
+        invocation = self.recorder.invoke(process, "send", mops=[Send(r) for r in records])
+        self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records), len(records))
+        for index, r in enumerate(records):
+            try:
+                self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
+                                      partition=r.partition, on_delivery=self._on_delivery(process, index))
+            except (BufferError, KafkaException) as e:  # this record and the rest were never handed over
+                self.fatal |= _is_fatal(e)
+                for rest in range(index, len(records)):
+                    self._delivered(process, rest, NOT_HANDED_OVER, None)
+                break
+
+    def serve(self, timeout_s: float = 0.0) -> None:
+        """Run delivery callbacks (completing sends), waiting up to timeout_s for one."""
+        self.producer.poll(timeout_s)
+
+    def close(self, timeout_s: float) -> None:
+        """Wait up to timeout_s for every send in flight; those still unknown then complete as info."""
+        self.producer.flush(timeout_s)
+        self.producer.purge()
+        self.producer.flush(0)
+        for process, send in list(self.in_flight.items()):
+            for index, outcome in enumerate(send.outcomes):
+                if outcome is None:
+                    self._delivered(process, index, "no delivery report", None)
+        assert not self.in_flight
+
+    def _on_delivery(self, process: int, index: int):
+        def callback(err, msg) -> None:
+            self.fatal |= err is not None and err.fatal()
+            self._delivered(process, index, err, None if err else msg.offset())
+        return callback
+
+    def _delivered(self, process: int, index: int, error, offset: int | None) -> None:
+        send = self.in_flight[process]
+        assert send.outcomes[index] is None and send.waiting > 0, "one delivery report per record"
+        send.outcomes[index] = (error, offset)
+        send.waiting -= 1
+        if send.waiting == 0:
+            del self.in_flight[process]
+            if self._complete(send) != "info":
+                self.idle_processes.append(process)
+
+    def _complete(self, send: _SendInFlight) -> str:
+        """Record the op's completion; returns its type."""
+        acked = [Send(Record(r.topic, r.partition, r.key, r.value, offset if error is None else None))
+                 for r, (error, offset) in zip(send.records, send.outcomes)]
+        errors = [error for error, _ in send.outcomes if error is not None]
+        if not errors:
+            self.recorder.complete(send.invocation, "ok", mops=acked)
+            return "ok"
+        definite = _definite_error_codes()
+        all_definite = len(errors) == len(acked) and all(e is NOT_HANDED_OVER or _code(e) in definite for e in errors)
+        kind = "fail" if all_definite else "info"
+        self.recorder.complete(send.invocation, kind, mops=acked, extra={"error": str(errors[0])})
+        return kind
+
+
 class Client:
-    """One Jepsen process: a producer and a consumer, one op at a time."""
+    """One Jepsen polling process: a consumer, and with txn set a transactional producer."""
 
     def __init__(self, process: int, bootstrap: str, options: WorkloadOptions) -> None:
         from confluent_kafka import Consumer, Producer
@@ -94,13 +204,9 @@ class Client:
         self.options = options
         # A short transaction timeout, as Jepsen's: a transaction left open by a killed node or a
         # dropped client is aborted soon, so read_committed consumers are not held back long.
-        transactional = {"transactional.id": f"kspec-faults-{process}",
-                         "transaction.timeout.ms": int(options.send_timeout_s * 1000)} if options.txn else {}
-        self.producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
-            "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
-            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **transactional,
-        })
+        self.producer = Producer(producer_config(bootstrap, options, {
+            "transactional.id": f"kspec-faults-{process}",
+            "transaction.timeout.ms": int(options.send_timeout_s * 1000)})) if options.txn else None
         self.transactions_initialised = False
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
@@ -111,40 +217,12 @@ class Client:
     def close(self) -> None:
         """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""
         from confluent_kafka import KafkaException
-        for step in (self.producer.purge, lambda: self.producer.flush(0), self.consumer.close):
+        steps = [self.producer.purge, lambda: self.producer.flush(0)] if self.producer is not None else []
+        for step in (*steps, self.consumer.close):
             try:
                 step()
             except KafkaException:
                 continue
-
-    def send(self, recorder: Recorder, records: list[Record]) -> str:
-        from confluent_kafka import KafkaException
-        invocation = recorder.invoke(self.process, "send", mops=[Send(r) for r in records])
-        outcomes: list[tuple | None] = [None] * len(records)  # (error, offset)
-
-        def on_delivery(index: int):
-            def callback(err, msg) -> None:
-                outcomes[index] = (err, None if err else msg.offset())
-            return callback
-
-        try:
-            for index, r in enumerate(records):
-                self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
-                                      partition=r.partition, on_delivery=on_delivery(index))
-        except (BufferError, KafkaException) as e:  # the records from index on were never handed over
-            outcomes[index:] = [(e, None)] * (len(records) - index)
-        self.producer.flush(self.options.send_timeout_s + 1)
-        acked = [Send(Record(r.topic, r.partition, r.key, r.value, o[1] if o and o[0] is None else None))
-                 for r, o in zip(records, outcomes)]
-        errors = ["no delivery report" if o is None else o[0] for o in outcomes if o is None or o[0] is not None]
-        if not errors:
-            recorder.complete(invocation, "ok", mops=acked)
-            return "ok"
-        definite = _definite_error_codes()
-        all_definite = all(o is not None and _code(o[0]) in definite for o in outcomes)
-        kind = "fail" if all_definite else "info"
-        recorder.complete(invocation, kind, mops=acked, extra={"error": str(errors[0])})
-        return kind
 
     def txn(self, recorder: Recorder, plan: list[Record | None]) -> str:
         """One transaction: each planned Record is sent, each None is a poll; then the polled
@@ -267,6 +345,11 @@ class Client:
         return "ok"
 
 
+def _is_fatal(error) -> bool:
+    kafka_error = error.args[0] if isinstance(error, Exception) and error.args else None
+    return bool(getattr(kafka_error, "fatal", lambda: False)())
+
+
 def _code(error) -> int | None:
     """The KafkaError code of a delivery error or of a KafkaException raised by produce()."""
     if error is not None and not hasattr(error, "code") and getattr(error, "args", None):
@@ -327,15 +410,15 @@ class Workload:
         options = self.options
         rng = random.Random(self.seed * 1_000_003 + worker)
         interval_s = options.concurrency / options.rate_hz
-        process = worker
-        client = Client(process, self.bootstrap, options)
+        client = Client(worker, self.bootstrap, options)
+        sender = None if options.txn else Sender(self.bootstrap, options, self.recorder, self.next_process)
         try:
             client.assign(self.recorder, self._random_keys(rng))
             next_s = time.monotonic() + rng.uniform(0, interval_s)
             while not self.stopping.is_set():
                 delay_s = next_s - time.monotonic()
                 if delay_s > 0:
-                    self.stopping.wait(delay_s)
+                    self._wait(sender, delay_s)
                 elif delay_s < -LATE_START_S_MAX:
                     next_s = time.monotonic()
                 next_s += interval_s
@@ -352,17 +435,30 @@ class Workload:
                         client = self._replace(client)
                         client.assign(self.recorder, self._random_keys(rng))
                 elif rng.random() < 0.5:
-                    records = [self._next_record(rng) for _ in range(rng.randint(1, options.sends_per_op_max))]
-                    if client.send(self.recorder, records) == "info":
-                        client = self._replace(client)
-                        client.assign(self.recorder, self._random_keys(rng))
+                    if sender.fatal:
+                        sender.close(0)
+                        sender = Sender(self.bootstrap, options, self.recorder, self.next_process)
+                    sender.send([self._next_record(rng) for _ in range(rng.randint(1, options.sends_per_op_max))])
                 else:
                     client.poll(self.recorder)
+                if sender is not None:
+                    sender.serve()
         except Exception as e:  # recorded for the run's results; the other workers go on
             where = traceback.extract_tb(e.__traceback__)[-1]
             self.failures.append(f"worker {worker}: {type(e).__name__}: {e} at {where.filename}:{where.lineno}")
         finally:
             client.close()
+            if sender is not None:
+                sender.close(options.send_timeout_s + 1)
+
+    def _wait(self, sender: Sender | None, delay_s: float) -> None:
+        """Wait out a worker's pace, running delivery callbacks meanwhile."""
+        if sender is None:
+            self.stopping.wait(delay_s)
+            return
+        deadline_s = time.monotonic() + delay_s
+        while (left_s := deadline_s - time.monotonic()) > 0 and not self.stopping.is_set():
+            sender.serve(min(left_s, SERVE_WAIT_S_MAX))
 
     def _next_record(self, rng: random.Random) -> Record:
         key = rng.randrange(self.options.key_count)
