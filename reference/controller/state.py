@@ -201,7 +201,8 @@ class ControllerState:
         brokers = self.unfenced_broker_ids
         if not 1 <= replication_factor <= len(brokers):
             raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"replication factor {replication_factor} > {len(brokers)} unfenced broker(s)")
+                             f"replication factor {replication_factor} needs {replication_factor} live brokers; "
+                             f"{len(brokers)} are registered and unfenced")
         topic_id = uuid.uuid4()
         offset = len(self.topics)  # spread the first replicas of successive topics
         records = [{"type": "TopicRecord", "name": name, "topic_id": str(topic_id)}]

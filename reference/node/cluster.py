@@ -196,7 +196,8 @@ class ClusterBroker(Broker):
                      configs: dict[str, str], validate_only: bool, now_ms: int) -> TopicImage:
         check_topic_name(name)
         num_partitions = self.config.num_partitions if num_partitions == -1 else num_partitions
-        replication_factor = self.config.default_replication_factor if replication_factor == -1 else replication_factor
+        if replication_factor == -1:  # default.replication.factor, capped by the brokers alive to hold the replicas
+            replication_factor = max(1, min(self.config.default_replication_factor, self.live_broker_count))
         if not 1 <= num_partitions:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"num_partitions {num_partitions}")
         self.log_config(configs)  # validates

@@ -371,8 +371,8 @@ class PartitionReplica:
         return ReplicaFetch(self.broker_id, self.log.log_end_offset, self.epoch_cache.latest_epoch, self.leader_epoch)
 
     def handle_fetch_answer(self, request: ReplicaFetch, answer: FetchAnswer, now_ms: int) -> None:
-        """Copy the fetched batches (leader offsets and epochs kept) and take the leader's high
-        watermark, capped by our own log end offset."""
+        """Copy the fetched batches (leader offsets and epochs kept), take the leader's high
+        watermark capped by our own log end offset, and its log start offset."""
         if (self.role is not Role.FOLLOWER or self.fetch_state is not FetchState.FETCHING
                 or request.current_leader_epoch != self.leader_epoch
                 or request.fetch_offset != self.log.log_end_offset):
@@ -387,6 +387,10 @@ class PartitionReplica:
             for batch in iter_batches(answer.records):
                 self.epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
         self.high_watermark = max(self.high_watermark, min(answer.high_watermark, self.log.log_end_offset))
+        # DeleteRecords and retention on the leader move its log start offset; the follower
+        # follows, never past its own high watermark (KIP-107).
+        if answer.log_start_offset > self.log.log_start_offset:
+            self.log.delete_records_before(min(answer.log_start_offset, self.high_watermark))
 
     def _truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

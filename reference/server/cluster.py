@@ -425,13 +425,15 @@ class ClusterServer(BrokerServer):
             "replica_id": self.broker.config.node_id,
             "topics": [{"topic": topic, "partitions": partitions} for topic, partitions in topics.items()]})
         answers = {TopicPartition(topic.topic, p.partition): p for topic in response.topics for p in topic.partitions}
+        progressed = False  # a leader that has not yet heard of its epoch is asked again after a pause
         for tp, replica, request in asking:
             answer = answers.get(tp)
             if answer is None or replica.leader_id != leader_id or replica.leader_epoch != request.current_leader_epoch:
                 continue
-            replica.handle_epoch_end_offset(EpochEndOffset(ErrorCode(answer.error_code), answer.leader_epoch,
-                                                           answer.end_offset))
-        return True
+            error = ErrorCode(answer.error_code)
+            progressed = progressed or error == ErrorCode.NONE
+            replica.handle_epoch_end_offset(EpochEndOffset(error, answer.leader_epoch, answer.end_offset))
+        return progressed
 
     async def _replica_fetch(self, connection: PeerConnection, followed) -> bool:
         config = self.broker.config
