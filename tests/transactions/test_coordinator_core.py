@@ -134,3 +134,22 @@ def test_transaction_version_2_bumps_the_epoch_at_every_end():
     assert ended.producer_epoch == 1 and ended.markers[0].producer_epoch == 1
     assert c.end_transaction("app", init.producer_id, 0, False, 5).producer_epoch == 1  # a retry of the old end
     assert c.add_partitions("app", init.producer_id, 0, [("t", 0)], 6).error == ErrorCode.PRODUCER_FENCED
+
+
+def test_a_new_coordinator_loads_its_partition_under_a_new_epoch_and_unloads_it():
+    """Failover: the leader of the id's __transaction_state partition replays it, stamps its
+    leader epoch on the markers it resumes, and forgets the partition when it stops leading."""
+    old = coordinator()
+    tid, tp = "moving", ("t", 0)
+    effects = old.init_producer_id(tid, 60_000, -1, -1, 0)
+    log = list(effects.records)
+    effects = old.add_partitions(tid, effects.producer_id, effects.producer_epoch, [tp], 1)
+    log += effects.records
+    log += old.end_transaction(tid, effects.producer_id, effects.producer_epoch, True, 2).records
+    new = coordinator()
+    partition = new.partition_for(tid)
+    new.load(partition, 5, [(record.key, record.value) for record in log])
+    (markers,) = new.pending_markers()
+    assert (markers.committed, markers.coordinator_epoch, markers.partitions) == (True, 5, frozenset({tp}))
+    new.unload(partition)
+    assert new.transactions == {} and new.pending_markers() == []

@@ -8,7 +8,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import (
     CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, Record, RecordBatch, build_batch, build_control_batch, iter_batches,
 )
-from reference.storage import Log, LogConfig
+from reference.storage import AppendOrigin, Log, LogConfig
 from reference.transaction.coordinator import TransactionCoordinator, TransactionCoordinatorConfig
 from reference.transaction.partition import PartitionTransactions, TransactionBugs, committed_records
 
@@ -33,12 +33,14 @@ class Partition:
         self.transactions.on_append(RecordBatch(batch), info.first_offset)
         return info.first_offset
 
-    def marker(self, committed: bool, epoch: int = 0) -> None:
+    def marker(self, committed: bool, epoch: int = 0, coordinator_epoch: int = 0) -> int:
+        """Append a transaction marker as the partition leader does for WriteTxnMarkers."""
+        self.transactions.check_marker(PID, coordinator_epoch)
         batch = build_control_batch(CONTROL_TYPE_COMMIT if committed else CONTROL_TYPE_ABORT, producer_id=PID,
-                                    producer_epoch=epoch, coordinator_epoch=0, timestamp_ms=1,
-                                    base_offset=self.log.log_end_offset)
-        self.log.append_as_follower(batch, now_ms=1)
-        self.transactions.on_append(RecordBatch(batch), self.log.log_end_offset - 1)
+                                    producer_epoch=epoch, coordinator_epoch=coordinator_epoch, timestamp_ms=1)
+        info = self.log.append_as_leader(batch, 0, now_ms=1, origin=AppendOrigin.COORDINATOR)
+        self.transactions.on_append(RecordBatch(batch), info.first_offset)
+        return info.first_offset
 
     def read_committed(self) -> list[bytes]:
         """What a read_committed consumer keeps: below the LSO, minus the aborted transactions."""
@@ -162,3 +164,44 @@ def test_coordinator_replay_keeps_committed_transactional_records_only():
     batches = [data(b"kept", 1), data(b"dropped", 2), plain, marker(CONTROL_TYPE_COMMIT, 1),
                marker(CONTROL_TYPE_ABORT, 2), data(b"open", 3)]
     assert [r.value for r in committed_records(batches)] == [b"plain", b"kept"]
+
+
+def test_a_client_may_not_write_a_marker_but_the_coordinator_origin_may(tmp_path):
+    partition = Partition(tmp_path)
+    partition.produce(b"a", guard=partition.transactions.start_verification(PID))
+    marker = build_control_batch(CONTROL_TYPE_COMMIT, producer_id=PID, producer_epoch=0, coordinator_epoch=0,
+                                 timestamp_ms=1)
+    with pytest.raises(KafkaError) as refused:
+        partition.log.append_as_leader(marker, 0, now_ms=1)
+    assert refused.value.code == ErrorCode.INVALID_RECORD
+    offset = partition.marker(committed=True)
+    (stored,) = iter_batches(partition.log.read(offset, 1 << 20).records)
+    assert (stored.base_offset, stored.is_control, stored.crc_is_valid()) == (1, True, True), \
+        "the marker gets the next offset and a CRC over its patched header"
+    assert partition.log.producer_state.producers[PID].producer_epoch == 0
+    assert partition.read_committed() == [b"a"]
+
+
+def test_a_marker_from_an_older_producer_epoch_is_refused(tmp_path):
+    partition = Partition(tmp_path)
+    partition.produce(b"a", epoch=1, guard=partition.transactions.start_verification(PID))
+    with pytest.raises(KafkaError) as refused:
+        partition.marker(committed=False, epoch=0)
+    assert refused.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert partition.log.log_end_offset == 1, "nothing appended"
+
+
+def test_a_marker_from_a_replaced_coordinator_is_fenced(tmp_path):
+    """The coordinator of the producer's transactional id moved (coordinator epoch 3 -> 4) and
+    the new one wrote its marker; the old one's late marker must not close a later transaction."""
+    partition = Partition(tmp_path)
+    partition.produce(b"first", guard=partition.transactions.start_verification(PID))
+    partition.marker(committed=True, coordinator_epoch=4)
+    partition.produce(b"second", guard=partition.transactions.start_verification(PID))
+    with pytest.raises(KafkaError) as fenced:
+        partition.marker(committed=False, coordinator_epoch=3)
+    assert fenced.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert partition.transactions.first_unstable_offset() == 2, "the second transaction is still open"
+    rebuilt = PartitionTransactions()
+    rebuilt.rebuild(iter_batches(partition.log.read(0, 1 << 20).records))
+    assert rebuilt.coordinator_epochs == {PID: 4}, "a new leader learns the coordinator epochs from the log"
