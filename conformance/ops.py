@@ -26,6 +26,10 @@ MAX_TIMESTAMP = -3  # KIP-734
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
+CONSUMER_REPLICA_ID = -1
+NO_LEADER_EPOCH = -1
+FETCH_LEADER_EPOCH_VERSION = 9  # Fetch v9 carries the fetcher's current leader epoch (KIP-320)
+
 
 def expect(condition: bool, expected: str, seen: object) -> None:
     """Fail with 'expected ...; seen ...' unless condition holds."""
@@ -42,29 +46,35 @@ def values_batch(values: list[bytes], *, keys: list[bytes | None] | None = None,
 
 
 def produce(wire: WireClient, caps: Capabilities, topic: str, records: bytes, *, partition: int = 0,
-            acks: int = -1, transactional_id: str | None = None):
-    """The partition response of one Produce request (acks=0 must use send_produce_without_response)."""
+            acks: int = -1, transactional_id: str | None = None, timeout_ms: int = REQUEST_TIMEOUT_MS):
+    """The partition response of one Produce request (acks=0 must use send_produce_without_response).
+    timeout_ms bounds how long an acks=all produce waits for the in-sync replicas."""
     assert acks in (-1, 1), "acks=0 gets no response; use send_produce"
     version = caps.version_or_skip(ApiKey.PRODUCE, *PRODUCE_RANGE)
-    response = wire.request(ApiKey.PRODUCE, version, produce_body(topic, records, partition, acks, transactional_id))
+    response = wire.request(ApiKey.PRODUCE, version,
+                            produce_body(topic, records, partition, acks, transactional_id, timeout_ms))
     return response.responses[0].partition_responses[0]
 
 
-def produce_body(topic: str, records: bytes, partition: int, acks: int, transactional_id: str | None = None) -> dict:
-    return {"transactional_id": transactional_id, "acks": acks, "timeout_ms": REQUEST_TIMEOUT_MS,
+def produce_body(topic: str, records: bytes, partition: int, acks: int, transactional_id: str | None = None,
+                 timeout_ms: int = REQUEST_TIMEOUT_MS) -> dict:
+    return {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms,
             "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}
 
 
 def fetch(wire: WireClient, caps: Capabilities, topic: str, offset: int, *, partition: int = 0,
           max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 1 << 20,
-          partition_max_bytes: int = 1 << 20, isolation_level: int = READ_UNCOMMITTED, timeout_s: float | None = None):
-    """The partition data of one Fetch request (no fetch session)."""
-    version = caps.version_or_skip(ApiKey.FETCH, *FETCH_RANGE)
+          partition_max_bytes: int = 1 << 20, isolation_level: int = READ_UNCOMMITTED, timeout_s: float | None = None,
+          replica_id: int = CONSUMER_REPLICA_ID, current_leader_epoch: int = NO_LEADER_EPOCH):
+    """The partition data of one Fetch request (no fetch session); a consumer's unless replica_id
+    names a broker. A current_leader_epoch other than -1 needs v9 (KIP-320)."""
+    low_version = FETCH_RANGE[0] if current_leader_epoch == NO_LEADER_EPOCH else FETCH_LEADER_EPOCH_VERSION
+    version = caps.version_or_skip(ApiKey.FETCH, low_version, FETCH_RANGE[1])
     response = wire.request(ApiKey.FETCH, version, {
-        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
+        "replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
         "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
-                                                     "log_start_offset": -1,
+                                                     "log_start_offset": -1, "current_leader_epoch": current_leader_epoch,
                                                      "partition_max_bytes": partition_max_bytes}]}],
         "forgotten_topics_data": [], "rack_id": ""}, timeout_s=timeout_s)
     assert response.get("error_code", 0) == 0, f"Fetch answered top-level error {response.error_code}"

@@ -8,6 +8,7 @@ stops and starts nodes when the run was given commands for that.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shlex
@@ -26,6 +27,7 @@ from reference.protocol.errors import ErrorCode
 
 TOPIC_READY_TIMEOUT_S = 30.0
 NODE_COMMAND_TIMEOUT_S = 60.0
+NODE_RETURN_TIMEOUT_S = 60.0  # a started node is listed by Metadata again within this
 POLL_INTERVAL_S = 0.1
 
 # librdkafka property -> kafka-python / aiokafka keyword. Only these travel to the Python clients.
@@ -62,10 +64,19 @@ class Target:
         return self.properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL")
 
     def wire(self, address: str | None = None) -> WireClient:
-        """A raw connection to one broker (the first bootstrap address by default)."""
+        """A raw connection to one broker: the given one, else the first bootstrap broker that
+        accepts a connection (a test may have stopped some)."""
         if self.uses_sasl:
             pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
-        return WireClient(address or self.first_address, ssl_context=self._ssl_context())
+        if address is not None:
+            return WireClient(address, ssl_context=self._ssl_context())
+        refused = []
+        for candidate in self.bootstrap.split(","):
+            try:
+                return WireClient(candidate.strip(), ssl_context=self._ssl_context())
+            except OSError as error:
+                refused.append(f"{candidate.strip()}: {error}")
+        raise ConnectionError(f"no bootstrap broker accepts a connection ({'; '.join(refused)})")
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if self.properties.get("security.protocol", "PLAINTEXT").upper() != "SSL":
@@ -188,11 +199,35 @@ class Target:
     def controls_nodes(self) -> bool:
         return bool(self.node_start_command and self.node_stop_command)
 
+    def require_node_control(self, purpose: str) -> None:
+        if not self.controls_nodes:
+            pytest.skip(f"{purpose} needs --node-stop-command and --node-start-command")
+
     def stop_node(self, node_id: int) -> None:
         self._run_node_command(self.node_stop_command, node_id)
 
-    def start_node(self, node_id: int) -> None:
+    def start_node(self, node_id: int, timeout_s: float = NODE_RETURN_TIMEOUT_S) -> None:
+        """Start a node and wait until Metadata lists it among the brokers again."""
         self._run_node_command(self.node_start_command, node_id)
+        version = self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.wire() as wire:
+                metadata = wire.request(ApiKey.METADATA, version, {"topics": [], "allow_auto_topic_creation": False})
+            if any(b.node_id == node_id for b in metadata.brokers):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"broker {node_id} not back in Metadata within {timeout_s:.0f} s of its start")
+            time.sleep(POLL_INTERVAL_S)
+
+    @contextlib.contextmanager
+    def node_stopped(self, node_id: int):
+        """Node node_id stopped for the block and started again after it, even when the block fails."""
+        self.stop_node(node_id)
+        try:
+            yield
+        finally:
+            self.start_node(node_id)
 
     def _run_node_command(self, template: str | None, node_id: int) -> None:
         assert template, "no node command configured"

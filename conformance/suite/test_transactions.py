@@ -1,8 +1,11 @@
 """Transactions and read_committed (TXN-1, TXN-2), with librdkafka's transactional producer.
 
 Aborted records stay invisible to read_committed consumers, open transactions hold back the
-last stable offset, a transaction's consumer offsets commit or abort with its records, and the
-markers the broker writes are valid batches (a CRC-32C a checking client accepts).
+last stable offset, a transaction's consumer offsets commit or abort with its records, the
+markers the broker writes are valid batches (a CRC-32C a checking client accepts), and a
+transactional write to a partition its transaction never added is refused (KIP-890), since
+such a write (a late retry of a finished transaction) would otherwise open a transaction the
+coordinator never ends.
 """
 from __future__ import annotations
 
@@ -13,9 +16,17 @@ import pytest
 from conformance import ops
 from conformance.capabilities import TRANSACTION_APIS
 from conformance.ops import expect
+from conformance.target import error_name
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
 
 TRANSACTION_TIMEOUT_S = 30.0
 READ_TIMEOUT_S = 20.0
+COORDINATOR_WAIT_S = 30.0
+POLL_S = 0.2
+TRANSACTION_COORDINATOR = 1  # FindCoordinator key_type
+COORDINATOR_NOT_READY = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                         ErrorCode.NOT_COORDINATOR, ErrorCode.CONCURRENT_TRANSACTIONS)
 
 
 @pytest.fixture
@@ -133,3 +144,44 @@ def test_offsets_sent_to_a_transaction_commit_or_abort_with_it(transactional, ta
                    f"{'committed' if commit else 'aborted'}", committed)
     finally:
         consumer.close()
+
+
+@pytest.mark.guarantee("TXN-1", "TXN-2")
+def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(target):
+    caps = target.capabilities
+    caps.require("transactional writes", *TRANSACTION_APIS)
+    transactional_id = target.new_topic_name("txn-unadded")
+    producer_id, epoch = _init_transactional_producer(target, transactional_id)
+    topic = target.create_topic("txn-unadded")
+    batch = ops.values_batch([b"never-added"], producer_id=producer_id, producer_epoch=epoch, base_sequence=0,
+                             is_transactional=True)
+    with target.leader_wire(topic) as wire:
+        response = ops.produce(wire, caps, topic, batch, transactional_id=transactional_id)
+    expect(response.error_code != ErrorCode.NONE,
+           "an error (INVALID_TXN_STATE) for a transactional write without AddPartitionsToTxn: verified with the "
+           "coordinator since KIP-890", f"NONE at offset {response.base_offset}: a transaction the coordinator "
+           "does not know is now open on the partition")
+
+
+def _init_transactional_producer(target, transactional_id: str) -> tuple[int, int]:
+    """(producer id, epoch) from the transaction coordinator of transactional_id, as a producer's
+    initTransactions gets them (waiting while the coordinator loads)."""
+    caps = target.capabilities
+    find_version = caps.version_or_skip(ApiKey.FIND_COORDINATOR, 1, 3)  # v4 batches keys
+    init_version = caps.version_or_skip(ApiKey.INIT_PRODUCER_ID, 0, 4)
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        with target.wire() as wire:
+            found = wire.request(ApiKey.FIND_COORDINATOR, find_version,
+                                 {"key": transactional_id, "key_type": TRANSACTION_COORDINATOR})
+        if found.error_code == ErrorCode.NONE:
+            with target.wire(f"{found.host}:{found.port}") as wire:
+                init = wire.request(ApiKey.INIT_PRODUCER_ID, init_version, {
+                    "transactional_id": transactional_id, "transaction_timeout_ms": int(TRANSACTION_TIMEOUT_S * 1000),
+                    "producer_id": -1, "producer_epoch": -1})
+            if init.error_code == ErrorCode.NONE:
+                return init.producer_id, init.producer_epoch
+        error = found.error_code or init.error_code
+        expect(error in COORDINATOR_NOT_READY and time.monotonic() < deadline,
+               f"FindCoordinator and InitProducerId for {transactional_id!r} to succeed", error_name(error))
+        time.sleep(POLL_S)

@@ -1,0 +1,157 @@
+"""Stop and start the nodes of a local reference cluster from outside, so the suite can kill leaders.
+
+The suite controls a target's nodes through two commands (--node-stop-command and
+--node-start-command, templates with {node_id}). For a reference cluster started by
+LocalCluster they are:
+
+    python -m conformance.nodes stop DIR {node_id}     # kill -9 the node
+    python -m conformance.nodes start DIR {node_id}    # the same command line and port; returns once ready
+
+LocalCluster(DIR, nodes, overrides) starts `kspec broker` processes in combined mode (the
+command lines of reference.process.ClusterProcess) detached from the caller, and keeps each
+node's command line in DIR/node<N>.json, its pid in DIR/node<N>.pid and its output in
+DIR/node<N>.log, which is all the two commands need. A node started by a command outlives
+the command; LocalCluster.stop() stops whichever process holds each node's pid file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.05
+READY_MARK = "bootstrap="  # the broker's ready line: "... ready ... bootstrap=HOST:PORT"
+
+
+def _paths(base_dir: Path, node_id: int) -> tuple[Path, Path, Path]:
+    stem = base_dir / f"node{node_id}"
+    return stem.with_suffix(".json"), stem.with_suffix(".pid"), stem.with_suffix(".log")
+
+
+def _alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie (a node started by a command that
+    exited is nobody's child here, so it may linger as a zombie until something reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _pid(base_dir: Path, node_id: int) -> int | None:
+    _, pid_path, _ = _paths(base_dir, node_id)
+    return int(pid_path.read_text()) if pid_path.exists() else None
+
+
+def start_node(base_dir: Path, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
+    """Start node_id from its recorded command line, detached; return its bootstrap address once ready."""
+    command_path, pid_path, log_path = _paths(base_dir, node_id)
+    pid = _pid(base_dir, node_id)
+    assert pid is None or not _alive(pid), f"node {node_id} is running (pid {pid})"
+    command = json.loads(command_path.read_text())
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   start_new_session=True)
+    pid_path.write_text(str(process.pid))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if READY_MARK in line:
+                return line.split(READY_MARK, 1)[1].split()[0]
+        time.sleep(POLL_S)
+    process.kill()
+    raise RuntimeError(f"node {node_id} not ready within {timeout_s:.0f} s: {shlex.join(command)}; see {log_path}")
+
+
+def stop_node(base_dir: Path, node_id: int, sig: int = signal.SIGKILL, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Send sig to node_id and wait until its process is gone."""
+    pid = _pid(base_dir, node_id)
+    if pid is None or not _alive(pid):
+        return
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = float("inf")
+        time.sleep(POLL_S)
+
+
+class LocalCluster:
+    """A reference cluster whose nodes the `stop` and `start` commands above can control."""
+
+    def __init__(self, base_dir: str, nodes: int = 3, overrides: dict[str, str] | None = None) -> None:
+        from reference.process import ClusterProcess  # only for the command lines and addresses
+
+        self.base_dir = Path(base_dir)
+        self.layout = ClusterProcess(base_dir, nodes, overrides=overrides)
+        self.node_ids = sorted(self.layout.nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.layout.bootstrap
+
+    def command(self, verb: str) -> str:
+        """The --node-stop-command or --node-start-command template for this cluster."""
+        return shlex.join([sys.executable, "-m", "conformance.nodes", verb, str(self.base_dir)]) + " {node_id}"
+
+    def start(self) -> str:
+        for node_id, node in self.layout.nodes.items():
+            command_path, _, _ = _paths(self.base_dir, node_id)
+            command_path.write_text(json.dumps(node.command()))
+            start_node(self.base_dir, node_id)
+        self.wait_ready()
+        return self.bootstrap
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every node is a registered broker, a controller is known and every partition has a leader."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                metadata = admin.list_topics(timeout=2)
+                if (len(metadata.brokers) == len(self.node_ids) and metadata.controller_id >= 0
+                        and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
+                    return
+            except KafkaException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster {self.bootstrap} not ready within {timeout_s:.0f} s")
+            time.sleep(POLL_S)
+
+    def stop(self) -> None:
+        for node_id in self.node_ids:
+            stop_node(self.base_dir, node_id, signal.SIGTERM)
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[0] not in ("start", "stop") or not argv[2].isdigit():
+        print("usage: python -m conformance.nodes {start|stop} DIR NODE_ID", file=sys.stderr)
+        return 2
+    verb, base_dir, node_id = argv[0], Path(argv[1]), int(argv[2])
+    if verb == "start":
+        print(start_node(base_dir, node_id))
+    else:
+        stop_node(base_dir, node_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
