@@ -151,6 +151,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             workload.stop()
             for action, package in schedule.heal_all() if schedule else ():
                 nemesis.apply(action, package)
+            workload.close()
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
         quiet_until_s = time.monotonic() + options.quiet_s
         while (left_s := quiet_until_s - time.monotonic()) > 0:

@@ -371,6 +371,8 @@ class Workload:
         self.threads: list[threading.Thread] = []
         self.next_process = itertools.count(options.concurrency)  # ids for replacement processes
         self.failures: list[str] = []  # exceptions that ended a worker thread
+        self.stopped_clients: list[Client] = []  # closed by close()
+        self.stopped_senders: list[Sender] = []  # drained; their producers are destroyed in close()
 
     def create_topics(self) -> None:
         """Two partitions per topic, created through the admin API; retried until the cluster answers."""
@@ -402,9 +404,20 @@ class Workload:
             self.threads.append(thread)
 
     def stop(self) -> None:
+        """Stop invoking ops; every worker waits up to send_timeout_s + 1 for its sends in flight.
+        The clients stay open until close()."""
         self.stopping.set()
         for thread in self.threads:
             thread.join()
+
+    def close(self) -> None:
+        """Close the workers' clients. Call it after the final heal: a consumer closing while a node
+        is paused or cut off waits for its requests to that node to time out (socket.timeout.ms)."""
+        assert all(not thread.is_alive() for thread in self.threads), "stop() first"
+        for client in self.stopped_clients:
+            client.close()
+        self.stopped_clients.clear()
+        self.stopped_senders.clear()
 
     def _run_worker(self, worker: int) -> None:
         options = self.options
@@ -447,9 +460,10 @@ class Workload:
             where = traceback.extract_tb(e.__traceback__)[-1]
             self.failures.append(f"worker {worker}: {type(e).__name__}: {e} at {where.filename}:{where.lineno}")
         finally:
-            client.close()
             if sender is not None:
                 sender.close(options.send_timeout_s + 1)
+                self.stopped_senders.append(sender)
+            self.stopped_clients.append(client)
 
     def _wait(self, sender: Sender | None, delay_s: float) -> None:
         """Wait out a worker's pace, running delivery callbacks meanwhile."""

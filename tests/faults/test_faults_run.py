@@ -18,6 +18,9 @@ from spark_validation.jepsen import read_edn_history
 from spec.history import NEMESIS_PROCESS, Poll, Send, ops_from_table, ops_table, read_history
 
 SHORT = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0)
+THREE_NODE_WORKERS = 16
+THREE_NODE_RATE_HZ = 400
+THREE_NODE_OPS_PER_S_MIN = 200
 
 
 def kspec_processes() -> set[int]:
@@ -139,16 +142,21 @@ def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_r
     assert not written["fail"] & read, "no aborted send is read by a read_committed consumer"
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 @pytest.mark.xfail(strict=False, reason="known liveness gap (issue 4/7): after some fault schedules the 3-node "
                    "cluster's final reads do not reach every high watermark within 30 s")
 def test_a_three_node_cluster_run_with_partitions_leader_kills_and_pauses_heals_and_leaves_nothing(
         namespaces_available, tmp_path):
+    """Issue 7's acceptance run: 60 s under faults at 200+ ops/s. Measured at a load average of
+    about 17 on 2 cores: 273 ops/s with 8 workers at rate 300 (CLI, default fault interval);
+    the floor leaves room for a busier machine."""
     out_dir = tmp_path / "faults-run"
-    workload = WorkloadOptions(concurrency=8, rate_hz=200, send_timeout_s=5.0, replication_factor=3)
-    result = run(RunOptions(nodes=3, nemeses=("partition", "kill", "pause"), time_limit_s=25, interval_s=4,
+    workload = WorkloadOptions(concurrency=THREE_NODE_WORKERS, rate_hz=THREE_NODE_RATE_HZ, send_timeout_s=5.0,
+                               replication_factor=3)
+    result = run(RunOptions(nodes=3, nemeses=("partition", "kill", "pause"), time_limit_s=60, interval_s=4,
                             quiet_s=2, network="netns", seed=11, workload=workload), out_dir)
     assert result.mode == "netns" and result.final_reads_complete and not result.workload_failures
+    assert result.ops_per_s >= THREE_NODE_OPS_PER_S_MIN, result.ops_per_s
     timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
     assert {f["package"] for f in timeline if f["action"] == "start"} >= {"partition", "kill"}
     assert all("error" not in f["value"] for f in timeline), timeline
