@@ -26,9 +26,13 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from conformance.clients import kafkajs, kcat
 from reference.process import BrokerProcess
 
+from .clients import kafka_python_subscriber
+
 PARTITIONS = 4
 RECORDS_PER_PARTITION = 25
 SESSION_TIMEOUT_MS = 6000
+# Long enough that a join usually completes within one poll (see clients.kafka_python_subscriber).
+POLL_TIMEOUT_MS = 500
 BROKER_SETTINGS = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 
@@ -77,13 +81,12 @@ class PythonMember(threading.Thread):
         return settings
 
     def _kafka_python(self) -> None:
-        from kafka import KafkaConsumer
         from kafka.errors import CommitFailedError, RebalanceInProgressError
 
-        consumer = KafkaConsumer(self.topic, **self._settings())
+        consumer = kafka_python_subscriber(self.topic, **self._settings())
         try:
             while not self.stop.is_set():
-                for records in consumer.poll(timeout_ms=100).values():
+                for records in consumer.poll(timeout_ms=POLL_TIMEOUT_MS).values():
                     self.seen.extend((r.partition, r.offset) for r in records)
                 self.assignment = {tp.partition for tp in consumer.assignment()}
                 if self.assignment:
@@ -104,7 +107,7 @@ class PythonMember(threading.Thread):
         await consumer.start()
         try:
             while not self.stop.is_set():
-                for records in (await consumer.getmany(timeout_ms=100)).values():
+                for records in (await consumer.getmany(timeout_ms=POLL_TIMEOUT_MS)).values():
                     self.seen.extend((r.partition, r.offset) for r in records)
                 self.assignment = {tp.partition for tp in consumer.assignment()}
                 if self.assignment:
