@@ -111,8 +111,7 @@ def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None
 class _SendInFlight:
     invocation: Op
     records: list[Record]
-    outcomes: list[tuple | None]  # per record: (error, offset) once known
-    waiting: int                  # delivery reports still to come
+    outcomes: list[tuple | None]  # per record: (error, offset) once its delivery report came
 
 
 class Sender:
@@ -138,7 +137,7 @@ class Sender:
             self.producer.poll(SERVE_WAIT_S_MAX)
         process = self.idle_processes.pop() if self.idle_processes else next(self.process_ids)
         invocation = self.recorder.invoke(process, "send", mops=[Send(r) for r in records])
-        self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records), len(records))
+        self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records))
         for index, r in enumerate(records):
             try:
                 self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
@@ -172,10 +171,9 @@ class Sender:
 
     def _delivered(self, process: int, index: int, error, offset: int | None) -> None:
         send = self.in_flight[process]
-        assert send.outcomes[index] is None and send.waiting > 0, "one delivery report per record"
+        assert send.outcomes[index] is None, "one delivery report per record"
         send.outcomes[index] = (error, offset)
-        send.waiting -= 1
-        if send.waiting == 0:
+        if None not in send.outcomes:
             del self.in_flight[process]
             if self._complete(send) != "info":
                 self.idle_processes.append(process)
