@@ -4,14 +4,15 @@ traffic between nodes.
 Tasks, each a loop around the sans-IO cores:
 - raft: ticks the Raft core, sends its outbox (one sender per voter, over KspecController
   "raft" requests), persists before sending, and replays what was committed.
-- lifecycle: registers this broker with the active controller, then heartbeats (KIP-631).
+- lifecycle: registers this broker with the active controller, then heartbeats (KIP-631), over
+  connections of its own.
 - controller: while active, fences brokers whose session expired and elects leaders for
   offline partitions; answers registrations, heartbeats and AlterPartition from brokers and
   admin requests that other nodes forward (KIP-590), one command at a time, each answered
   after its records are committed.
 - replica fetchers: one per leader this node follows; OffsetForLeaderEpoch while a replica
   truncates, then Fetch with the replica id, long-polling on the leader.
-- tick: ISR shrinks and expansions go to the controller as AlterPartition.
+- tick: ISR shrinks and expansions go to the controller as AlterPartition, one batch in flight.
 - groups and transactions: the coordinators' timers, and internal topics they want created
   through the active controller (replication factor capped by the live brokers).
 - inter-broker requests for the transaction coordinator (`broker.send_request`): markers to
@@ -103,6 +104,11 @@ class ClusterServer(BrokerServer):
                                    for node_id, (host, port) in broker.voters.items()}
         self._raft_connections = {node_id: PeerConnection(host, port, client_id)
                                   for node_id, (host, port) in broker.voters.items()}
+        # Heartbeats have connections of their own: queued behind slow commands to a controller
+        # that is gone, they would miss the session timeout and get a live broker fenced.
+        self._lifecycle_connections = {node_id: PeerConnection(host, port, client_id)
+                                       for node_id, (host, port) in broker.voters.items()}
+        self._alter_partition_task: asyncio.Task | None = None  # one batch of ISR changes in flight
         self._raft_queues: dict[int, asyncio.Queue] = {}
         self._broker_connections: dict[int, PeerConnection] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
@@ -131,10 +137,11 @@ class ClusterServer(BrokerServer):
                     "want_shutdown": True}), 2.0)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
                 pass
-        await cancel_and_wait([*self._tasks, *self._fetchers.values()])
+        await cancel_and_wait([*self._tasks, *self._fetchers.values(),
+                               *([self._alter_partition_task] if self._alter_partition_task else [])])
         self.acks.wake_all()
         for connection in [*self._voter_connections.values(), *self._raft_connections.values(),
-                           *self._broker_connections.values()]:
+                           *self._lifecycle_connections.values(), *self._broker_connections.values()]:
             connection.close()
         await super().stop()
 
@@ -236,7 +243,8 @@ class ClusterServer(BrokerServer):
                 return e.code, b""
         return ErrorCode.NONE, b""
 
-    async def _controller_call(self, kind: str, request: dict) -> ErrorCode:
+    async def _controller_call(self, kind: str, request: dict,
+                               connections: dict[int, PeerConnection] | None = None) -> ErrorCode:
         """Send a command to the active controller (this node or another)."""
         if self.broker.is_active_controller:
             error, _ = await self._controller_command(kind, request)
@@ -244,12 +252,13 @@ class ClusterServer(BrokerServer):
         controller_id = self.broker.controller_id
         if controller_id < 0:
             return ErrorCode.NOT_CONTROLLER
-        error, _ = await self._call_voter(controller_id, kind, json.dumps(request).encode())
+        error, _ = await self._call_voter(controller_id, kind, json.dumps(request).encode(), connections)
         return error
 
-    async def _call_voter(self, node_id: int, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
-        response = await self._voter_connections[node_id].call(ApiKey.KSPEC_CONTROLLER, 0,
-                                                               {"kind": kind, "payload": payload})
+    async def _call_voter(self, node_id: int, kind: str, payload: bytes,
+                          connections: dict[int, PeerConnection] | None = None) -> tuple[ErrorCode, bytes]:
+        connection = (connections or self._voter_connections)[node_id]
+        response = await connection.call(ApiKey.KSPEC_CONTROLLER, 0, {"kind": kind, "payload": payload})
         return ErrorCode(response.error_code), bytes(response.payload)
 
     # ------------------------------------------------------------ the quorum
@@ -325,11 +334,12 @@ class ClusterServer(BrokerServer):
                 if self.broker.broker_epoch < 0:
                     await self._controller_call("broker_registration", {
                         "broker_id": config.node_id, "incarnation_id": self.broker.incarnation_id,
-                        "host": host, "port": port})
+                        "host": host, "port": port}, self._lifecycle_connections)
                     await asyncio.sleep(REGISTRATION_RETRY_MS / 1000)
                     continue
                 await self._controller_call("broker_heartbeat", {
-                    "broker_id": config.node_id, "broker_epoch": self.broker.broker_epoch, "want_shutdown": False})
+                    "broker_id": config.node_id, "broker_epoch": self.broker.broker_epoch, "want_shutdown": False},
+                    self._lifecycle_connections)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
                 pass
             await asyncio.sleep(config.broker_heartbeat_interval_ms / 1000)
@@ -352,8 +362,10 @@ class ClusterServer(BrokerServer):
             now = now_ms()
             self.broker.tick(now)
             if self.broker.broker_epoch >= 0:
-                for request in self.broker.alter_partition_requests(now):
-                    asyncio.create_task(self._send_alter_partition(request))
+                if self._alter_partition_task is None or self._alter_partition_task.done():
+                    requests = self.broker.alter_partition_requests(now)
+                    if requests:
+                        self._alter_partition_task = asyncio.create_task(self._send_alter_partitions(requests))
                 if has_group_node(self.broker):
                     tick_groups(self.broker, now)
                 tick_transactions(self.broker, now)
@@ -376,13 +388,16 @@ class ClusterServer(BrokerServer):
         finally:
             del self._creating[name]
 
-    async def _send_alter_partition(self, request: dict) -> None:
-        try:
-            error = await self._controller_call("alter_partition", request)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
-            return  # sent again after ALTER_PARTITION_RESEND_MS
-        if error != ErrorCode.NONE:
-            self.broker.alter_partition_failed(TopicPartition(request["topic"], request["partition"]), error)
+    async def _send_alter_partitions(self, requests: list[dict]) -> None:
+        """One batch of ISR changes at a time, as Kafka's AlterPartitionManager keeps one request
+        in flight: a controller that stopped answering costs one timeout, not one per partition."""
+        for request in requests:
+            try:
+                error = await self._controller_call("alter_partition", request)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError):
+                return  # the rest are sent again after ALTER_PARTITION_RESEND_MS
+            if error != ErrorCode.NONE:
+                self.broker.alter_partition_failed(TopicPartition(request["topic"], request["partition"]), error)
 
     # ------------------------------------------------------------ replica fetchers
 
