@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from reports import plots, series
 from spark_validation.anomalies import ANOMALY_KINDS
+from spark_validation.lag import LAG_FILE
 from spec.catalogue import CATALOGUE
 from spec.history import read_history
 
@@ -105,7 +106,7 @@ def render_run(path: Path) -> Path:
     images = [
         plots.latency_plot(done, intervals, end_s, out / "latency.png"),
         plots.throughput_plot(series.throughput(done, bin_s, end_s), intervals, end_s, out / "throughput.png"),
-        plots.lag_plot(series.realtime_lag(run.history), intervals, end_s, out / "realtime-lag.png"),
+        plots.lag_plot(series.read_lag(run.path / CHECK_DIR / LAG_FILE), intervals, end_s, out / "realtime-lag.png"),
     ]
     anomalies_html = _anomalies_section(run, intervals, end_s, out)
     word = verdict_word(run)
@@ -168,7 +169,25 @@ def _figures(run: RunFolder, done: series.Completions) -> str:
         if ok.any():
             quantiles = [float(q) for q in np.percentile(done.latency_ms[ok], [50, 99, 100])]
             rows.append(("ok latency", "p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*quantiles)))
+    rows += _informational(run.verdict or {})
     return "\n".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+
+
+def _informational(verdict: dict) -> list[tuple[str, str]]:
+    """Jepsen's informational outputs from the check: worst realtime lag and consume counts."""
+    rows = []
+    if "realtime-lag" in verdict:
+        worst = verdict["realtime-lag"]["worst"]
+        where = f" ({worst['topic']}-{worst['partition']}, process {worst['process']}, at {worst['time_s']:.1f} s)" \
+            if "topic" in worst else ""
+        rows.append(("worst realtime lag", f"{worst['lag_s']:.3f} s{where}"))
+    if "consume-counts" in verdict:
+        counts = verdict["consume-counts"]
+        read_more_than_once = sum(len(values) for values in counts["dup-counts"].values())
+        rows.append(("consume counts (subscribed)", ", ".join(f"{n} read {c}x" for c, n in
+                                                             counts["distribution"].items()) or "no subscribed reads")
+                     + (f"; {read_more_than_once} value(s) read more than once" if read_more_than_once else ""))
+    return rows
 
 
 def _conformance_section(run: RunFolder) -> str:

@@ -6,21 +6,20 @@ dataclasses out; reports/plots.py draws them. Times are seconds since the run st
 - completions: every completed client op (send, poll, txn) with its latency and outcome;
 - nemesis_intervals: when each fault package was active;
 - throughput: completions per time bin, by f and outcome;
-- realtime_lag: how far behind the log each consumer was when it polled (Jepsen's
-  realtime lag, research/jepsen.md section 3: invoke time minus the time at which the
-  offset after the process's highest read offset of a key was known to exist, at least 0);
+- read_lag: how far behind the log each consumer was when it polled, as the Spark check
+  computed it (realtime-lag.parquet beside verdict.json);
 - partition_timeline: the offsets a partition's sends got and its polls read, over time.
 """
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from spec.history import CLIENT_FS, NEMESIS_PROCESS
 
@@ -58,7 +57,7 @@ class Throughput:
 
 @dataclass(frozen=True)
 class Lag:
-    """One point per (ok poll, key the polling process had assigned)."""
+    """One point per (ok poll, partition the polling process had), thinned by the check on long runs."""
     time_s: np.ndarray
     lag_s: np.ndarray
     process: np.ndarray
@@ -153,64 +152,14 @@ def throughput(done: Completions, bin_s: float, end_s: float) -> Throughput:
     return Throughput(edges[:-1], bin_s, counts)
 
 
-def _known_times(table: pa.Table) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
-    """Per partition: its offsets seen (acked or read), ascending, and for each the earliest time
-    that offset or a higher one was seen: offset o is known to exist from then on."""
-    seen = table.filter(pc.and_(pc.invert(pc.is_null(table["offset"])),
-                                pc.or_(pc.and_(pc.equal(table["mop_f"], "send"), pc.equal(table["type"], "ok")),
-                                       pc.and_(pc.equal(table["mop_f"], "poll"), pc.not_equal(table["type"], "invoke")))))
-    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    for topic, partition, offset, time_ns in zip(*(seen[c].to_pylist() for c in ("topic", "partition", "offset",
-                                                                                   "time_ns"))):
-        by_partition[topic, partition].append((offset, time_ns))
-    known = {}
-    for tp, pairs in by_partition.items():
-        pairs.sort()
-        offsets = np.array([o for o, _ in pairs])
-        times = np.minimum.accumulate(np.array([t for _, t in pairs])[::-1])[::-1]  # suffix minimum
-        known[tp] = (offsets, times)
-    return known
-
-
-def realtime_lag(table: pa.Table) -> Lag:
-    """Jepsen's realtime lag for every ok poll (see the module docstring).
-
-    A process tracks the highest offset it read per partition; assign keeps retained
-    partitions and starts new ones at -1, subscribe forgets everything."""
-    known = _known_times(table)
-    ops = table.filter(pc.and_(pc.not_equal(table["type"], "invoke"),
-                               pc.is_in(table["f"], pa.array(("poll", "txn", "assign", "subscribe")))))
-    ops = ops.sort_by([("index", "ascending"), ("seq", "ascending")])
-    columns = {c: ops[c].to_pylist() for c in ("index", "process", "type", "f", "invoke_time_ns", "mop_f", "topic",
-                                               "partition", "offset")}
-    highest: dict[int, dict[tuple[str, int], int]] = defaultdict(dict)
-    points: list[tuple[float, float, int, str]] = []
-    row, rows = 0, len(columns["index"])
-    while row < rows:
-        end = row
-        while end < rows and columns["index"][end] == columns["index"][row]:
-            end += 1
-        process, f, type_ = columns["process"][row], columns["f"][row], columns["type"][row]
-        positions = highest[process]
-        if f in ("assign", "subscribe") and type_ == "ok":
-            retained = {(columns["topic"][r], columns["partition"][r]) for r in range(row, end)} if f == "assign" else set()
-            highest[process] = {tp: positions.get(tp, -1) for tp in retained if tp[1] is not None}
-        elif f in ("poll", "txn") and type_ == "ok":
-            invoke_ns = columns["invoke_time_ns"][row]
-            for tp, offset in positions.items():
-                offsets, times = known.get(tp, (np.empty(0), np.empty(0)))
-                at = int(np.searchsorted(offsets, offset + 1))
-                lag_ns = max(0, invoke_ns - times[at]) if at < len(offsets) else 0
-                points.append((invoke_ns / NS_PER_S, lag_ns / NS_PER_S, process, f"{tp[0]}-{tp[1]}"))
-            for r in range(row, end):
-                if columns["mop_f"][r] == "poll" and columns["offset"][r] is not None:
-                    tp = (columns["topic"][r], columns["partition"][r])
-                    positions[tp] = max(positions.get(tp, -1), columns["offset"][r])
-        row = end
-    if not points:
+def read_lag(path: Path) -> Lag:
+    """The realtime lag `kspec check` computed (spark_validation/lag.py: Jepsen's realtime lag,
+    research/jepsen.md section 3), from its realtime-lag.parquet; no points when the run was not checked."""
+    if not path.exists():
         return Lag(np.empty(0), np.empty(0), np.empty(0, dtype=int), [])
-    time_s, lag_s, process, key = zip(*points)
-    return Lag(np.array(time_s), np.array(lag_s), np.array(process), list(key))
+    lag = pq.read_table(path).sort_by("time_ns")
+    return Lag(lag["time_ns"].to_numpy() / NS_PER_S, lag["lag_ns"].to_numpy() / NS_PER_S, lag["process"].to_numpy(),
+               [f"{t}-{p}" for t, p in zip(lag["topic"].to_pylist(), lag["partition"].to_pylist())])
 
 
 def partition_timeline(table: pa.Table, topic: str, partition: int) -> PartitionTimeline:

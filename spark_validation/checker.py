@@ -2,8 +2,10 @@
 
 Input is a kspec history (a folder with history.parquet and optional run.json, or a
 Parquet file) or a Jepsen history.edn (imported to Parquet first). Output is
-anomalies.parquet (ANOMALY_SCHEMA) and verdict.json in the output folder: the verdict is
-valid only when no anomaly violates a guarantee.
+anomalies.parquet (ANOMALY_SCHEMA), realtime-lag.parquet (lag.LAG_SCHEMA) and
+verdict.json in the output folder: the verdict is valid only when no anomaly violates a
+guarantee. Jepsen's informational outputs ride along in the same pass and never make a
+history invalid: the worst realtime lag and the consume counts are in the verdict.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from spark_validation import cycles, durability, isolation, offsets, ordering, realtime
+from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
+from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
 from spark_validation.frames import BUILD, HistoryFrames, read_ipc
 from spark_validation.partition_log import PartitionLog
@@ -30,6 +34,7 @@ HISTORY_FILE = "history.parquet"
 OPTIONS_FILE = "run.json"
 ANOMALIES_FILE = "anomalies.parquet"
 VERDICT_FILE = "verdict.json"
+DUP_COUNTS_MAX = 1024  # consume-count duplicates listed in the verdict; the distribution is exact
 
 # check name -> the per-partition check returning anomaly rows; each is one family of anomalies
 PARTITION_CHECKS = {
@@ -51,6 +56,8 @@ PARTITION_CHECKS = {
 DRIVER_CHECKS = ("linearizability", "cycles")
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
+# informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
+OUTPUTS = {"realtime-lag": (realtime_lag, LAG_SCHEMA), "consume-counts": (consume_counts, CONSUME_SCHEMA)}
 
 
 class HistoryError(ValueError):
@@ -61,6 +68,7 @@ class HistoryError(ValueError):
 class CheckResult:
     anomalies: pa.Table
     verdict: dict
+    lag: pa.Table            # LAG_SCHEMA
 
     @property
     def valid(self) -> bool:
@@ -119,15 +127,19 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
     if "cycles" in checks:
         jobs[EDGES] = cycles.dependency_edges
+    jobs.update({name: job for name, (job, _) in OUTPUTS.items()})
     h = HistoryFrames(spark, str(parquet_path), int(spark.conf.get("spark.sql.shuffle.partitions")))
     results = h.per_partition(jobs, h.proven_ops())
     h.unpersist()
     pass_s = time.monotonic() - started
     found, edges = _by_check(results)
+    outputs = {name: pa.concat_tables(found.pop(name, []) or [schema.empty_table()]).combine_chunks()
+               for name, (_, schema) in OUTPUTS.items()}
     worker_seconds = {check: sum(_seconds(results, check)) for check in (*jobs, BUILD)}
     del results  # the payloads: only the decoded tables are needed now
     rows: list[dict] = []
-    seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3)}
+    seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3),
+               **{name: round(worker_seconds[name], 3) for name in OUTPUTS}}
     for position, check in enumerate(plan, 1):
         t0 = time.monotonic()
         if check in PARTITION_CHECKS:
@@ -151,7 +163,30 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
-    return CheckResult(table, verdict)
+    verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
+    verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
+    return CheckResult(table, verdict, outputs["realtime-lag"])
+
+
+def _worst_lag(lag: pa.Table) -> dict:
+    """Jepsen's worst-realtime-lag: the poll with the highest lag (seconds), or lag 0."""
+    if lag.num_rows == 0:
+        return {"worst": {"time_s": 0.0, "lag_s": 0.0}, "points": 0}
+    row = lag.slice(pc.index(lag["lag_ns"], pc.max(lag["lag_ns"])).as_py(), 1).to_pylist()[0]
+    return {"worst": {"time_s": row["time_ns"] / 1e9, "lag_s": row["lag_ns"] / 1e9, "process": row["process"],
+                      "topic": row["topic"], "partition": row["partition"]}, "points": lag.num_rows}
+
+
+def _consume_counts(counts: pa.Table) -> dict:
+    """Jepsen's consume-counts: {distribution: {count: triples}, dup-counts: {topic-partition: {value: count}}}."""
+    distribution: dict[int, int] = {}
+    dup_counts: dict[str, dict[int, int]] = {}
+    for r in counts.to_pylist():
+        if r["value"] is None:
+            distribution[r["count"]] = distribution.get(r["count"], 0) + r["triples"]
+        elif sum(map(len, dup_counts.values())) < DUP_COUNTS_MAX:
+            dup_counts.setdefault(f"{r['topic']}-{r['partition']}", {})[r["value"]] = r["count"]
+    return {"distribution": {str(c): n for c, n in sorted(distribution.items())}, "dup-counts": dup_counts}
 
 
 def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: RunOptions):
@@ -242,6 +277,7 @@ def _checked(anomaly: str, plan: list[str]) -> bool:
 def write_result(result: CheckResult, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(result.anomalies, out_dir / ANOMALIES_FILE)
+    pq.write_table(result.lag, out_dir / LAG_FILE)
     (out_dir / VERDICT_FILE).write_text(json.dumps(result.verdict, indent=2) + "\n")
 
 

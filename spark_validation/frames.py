@@ -8,11 +8,15 @@ every per-partition check on each group in one pass (mapInArrow, numpy inside).
    row per mop) and cached on local disk: every partition's mops now sit in one Spark partition.
 3. Each task joins its blobs per topic-partition into a PartitionLog and runs the checks.
 
-Only two things cross partitions, and both are small:
+Three things cross partitions, and all are small or go through the same shuffle:
+- assignments: ok/info assign and subscribe ops and the partitions each retains, read
+  first (a scan of a few columns) and given to every task.
+- assigned polls: per topic-partition, the ok polls of processes that had it assigned
+  (by their last ok assign), for the realtime lag of polls that read nothing there;
+  emitted beside the mops blobs, so the one shuffle brings them to their partition.
 - proven ops: info ops with a send that some ok op read, in any partition; their sends
   must have committed (an info op's outcome is unknown until a read proves it). Found by
   one more pass over the cached blobs, only when the history has info sends.
-- assignments: ok/info assign and subscribe ops, and the partitions each retains.
 
 The check pass returns one row per (partition, check): the check's rows as an Arrow IPC
 stream and the seconds the check took there (and one BUILD row per partition).
@@ -30,7 +34,7 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, TYPE_CODES,
+from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, POLL_SCHEMA, TYPE_CODES,
                                             PartitionLog, group_ends, group_starts, member, sorted_unique)
 from spec.history import ASSIGNMENT_FS, CLIENT_FS
 
@@ -38,14 +42,18 @@ TP = ["topic", "partition"]
 READ_COLUMNS = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
                 "value", "offset", "rebalanced"]
 STRING_COLUMNS = ["type", "f", "mop_f", "topic"]  # read as dictionaries: few distinct values
-MOPS, ASSIGNMENTS = "mops", "assignments"  # kinds of blob
+ASSIGNMENT_COLUMNS = ["index", "seq", "process", "type", "f", "topic", "partition"]
+MOPS, POLLS = "mops", "polls"  # kinds of blob
 BLOB_DDL = "kind string, topic string, partition int, row_group int, info_sends long, payload binary"
 ASSIGNMENT_SCHEMA = pa.schema([("index", pa.int64()), ("seq", pa.int32()), ("process", pa.int64()),
-                               ("topic", pa.string()), ("partition", pa.int32())])
+                               ("type", pa.string()), ("f", pa.string()), ("topic", pa.string()),
+                               ("partition", pa.int32())])
+ASSIGNMENT_DDL = "index long, seq int, process long, type string, f string, topic string, partition int"
 RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
 RESULT_DDL = "check string, seconds double, rows binary"
 BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+OP_KEY_SPAN = 1 << 36  # (process, op index) as one int64: process * OP_KEY_SPAN + index
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
 
@@ -94,27 +102,36 @@ def _by_partition(mops: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
 
 
 class HistoryFrames:
-    """One history in Spark: its mops as blobs partitioned by topic-partition, cached."""
+    """One history in Spark: its mops (and assigned polls) as blobs partitioned by topic-partition, cached."""
 
     def __init__(self, spark: SparkSession, parquet_path: str, shuffle_partitions: int):
         self.spark = spark
         row_groups = pq.ParquetFile(parquet_path).metadata.num_row_groups
+        tasks = spark.range(0, row_groups, numPartitions=max(min(row_groups, shuffle_partitions), 1))
+
+        def read_assignments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            history = pq.ParquetFile(parquet_path, read_dictionary=["type", "f"])
+            for batch in batches:
+                for row_group in batch.column("id").to_pylist():
+                    rows = history.read_row_group(row_group, columns=ASSIGNMENT_COLUMNS)
+                    rows = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
+                                               pc.is_in(rows["type"], pa.array(["ok", "info"]))))
+                    yield from rows.cast(ASSIGNMENT_SCHEMA).to_batches()
+
+        self.assignments = tasks.mapInArrow(read_assignments, ASSIGNMENT_DDL).toArrow().cast(ASSIGNMENT_SCHEMA)
+        current = CurrentAssignment(self.assignments)
 
         def read_row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             history = pq.ParquetFile(parquet_path, read_dictionary=STRING_COLUMNS)
             for batch in batches:
                 for row_group in batch.column("id").to_pylist():
                     rows = history.read_row_group(row_group, columns=READ_COLUMNS)
-                    yield _blob_batch(rows, row_group)
+                    yield _blob_batch(rows, row_group, current)
 
-        tasks = spark.range(0, row_groups, numPartitions=max(min(row_groups, shuffle_partitions), 1))
         self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
                       .persist(StorageLevel.DISK_ONLY))  # read once or twice: kept out of the JVM heap
         summary = self.blobs.groupBy("kind").agg(F.sum("info_sends").alias("info_sends")).collect()
         self.info_sends = sum(r["info_sends"] or 0 for r in summary)
-        assignments = self.blobs.where(F.col("kind") == ASSIGNMENTS).select("payload").toArrow()
-        self.assignments = pa.concat_tables([read_ipc(b) for b in assignments.column("payload").to_pylist()]
-                                            or [ASSIGNMENT_SCHEMA.empty_table()])
 
     def proven_ops(self) -> np.ndarray:
         """Op indices of info ops with a send some ok op read (in the same partition)."""
@@ -122,7 +139,7 @@ class HistoryFrames:
             return np.zeros(0, np.int64)
 
         def proven_here(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for _, _, mops in _partitions(batches):
+            for _, _, mops, _ in _partitions(batches):
                 is_send, type_, value = mops["is_send"].to_numpy(), mops["type"].to_numpy(), mops["value"].to_numpy()
                 ok_read = sorted_unique(value[(type_ == OK) & ~is_send])
                 read = (type_ == INFO) & is_send & member(ok_read, value)
@@ -138,14 +155,18 @@ class HistoryFrames:
         assign_index = assignment_ops["index"].to_numpy()
         assign_process = assignment_ops["process"].to_numpy()
         retained = assignments.filter(pc.is_valid(assignments["topic"])).to_pylist()
+        subscribes = assignment_ops.filter(pc.and_(pc.equal(assignment_ops["f"], "subscribe"),
+                                                   pc.equal(assignment_ops["type"], "ok")))
+        subscribed = (subscribes["process"].to_numpy(), subscribes["index"].to_numpy())
 
         def check_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for topic, partition, mops in _partitions(batches):
+            for topic, partition, mops, polls in _partitions(batches):
                 keeps = [r["index"] for r in retained
                          if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)]
                 dropped = ~np.isin(assign_index, keeps)
                 started = time.perf_counter()
-                p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]))
+                p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]),
+                                 polls, subscribed)
                 results = [(BUILD, time.perf_counter() - started, b"")]
                 for name, check in checks.items():
                     started = time.perf_counter()
@@ -153,14 +174,61 @@ class HistoryFrames:
                     results.append((name, time.perf_counter() - started, to_ipc(table)))
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
 
-        return self.blobs.where(F.col("kind") == MOPS).mapInArrow(check_partitions, RESULT_DDL).toArrow()
+        return self.blobs.mapInArrow(check_partitions, RESULT_DDL).toArrow()
 
     def unpersist(self) -> None:
         self.blobs.unpersist()
 
 
-def _blob_batch(rows: pa.Table, row_group: int) -> pa.RecordBatch:
-    """One row group as blobs: its mops per topic-partition, and its assign/subscribe rows."""
+class CurrentAssignment:
+    """Which partitions a process had assigned at an op: those of its last ok assign before it
+    (none after an ok subscribe, which Jepsen's realtime lag treats as forgetting them all)."""
+
+    def __init__(self, assignments: pa.Table):
+        ok = assignments.filter(pc.equal(assignments["type"], "ok"))
+        ok = ok.sort_by([("process", "ascending"), ("index", "ascending"), ("seq", "ascending")])
+        process, index = ok["process"].to_numpy(), ok["index"].to_numpy()
+        assert (index < OP_KEY_SPAN).all() and (process >= 0).all()
+        starts = group_starts(process, index)
+        self.op_keys = process[starts] * OP_KEY_SPAN + index[starts]
+        named = pc.and_(pc.equal(ok["f"], "assign"), pc.is_valid(ok["partition"])).to_numpy(zero_copy_only=False)
+        self.topics = pc.unique(ok["topic"].filter(pc.is_valid(ok["topic"]))).to_pylist()
+        # the named partitions of each op, as a slice [first, end) of the arrays below
+        op_of_row = np.cumsum(np.isin(np.arange(len(index)), starts)) - 1
+        self.first = np.searchsorted(op_of_row[named], np.arange(len(starts)), "left")
+        self.end = np.searchsorted(op_of_row[named], np.arange(len(starts)), "right")
+        topic_code = pc.fill_null(pc.index_in(ok["topic"], pa.array(self.topics, pa.string())), -1)
+        self.topic_code = topic_code.to_numpy().astype(np.int64)[named]
+        self.partition = pc.fill_null(ok["partition"], -1).to_numpy().astype(np.int64)[named]
+
+    def polls(self, rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+        """(topic, partition, POLL_SCHEMA rows) for the ok polls and txns in rows, by assigned partition."""
+        keep = pc.and_(pc.and_(pc.equal(rows["seq"], 0), pc.equal(rows["type"], "ok")),
+                       pc.is_in(rows["f"], pa.array(["poll", "txn"])))
+        polls = rows.filter(keep)
+        if polls.num_rows == 0 or len(self.op_keys) == 0:
+            return
+        process, index = polls["process"].to_numpy(), polls["index"].to_numpy()
+        invoke_ns = pc.fill_null(polls["invoke_time_ns"], NO_NS).to_numpy()
+        op = np.searchsorted(self.op_keys, process * OP_KEY_SPAN + index) - 1
+        op_safe = np.maximum(op, 0)
+        own = (op >= 0) & (self.op_keys[op_safe] // OP_KEY_SPAN == process)
+        counts = np.where(own, self.end[op_safe] - self.first[op_safe], 0)
+        poll = np.repeat(np.arange(len(op)), counts)
+        at = np.repeat(self.first[op_safe] - np.cumsum(counts) + counts, counts) + np.arange(len(poll))
+        tp = self.topic_code[at] * (1 << 32) + self.partition[at]
+        order = np.lexsort((index[poll], tp))
+        tp, poll = tp[order], poll[order]
+        starts = group_starts(tp)
+        for start, end in zip(starts.tolist(), group_ends(starts, len(tp)).tolist()):
+            chosen = poll[start:end]
+            yield (self.topics[int(tp[start] >> 32)], int(tp[start] & 0xFFFFFFFF),
+                   pa.table({"index": index[chosen], "process": process[chosen], "invoke_ns": invoke_ns[chosen]},
+                            schema=POLL_SCHEMA))
+
+
+def _blob_batch(rows: pa.Table, row_group: int, current: CurrentAssignment) -> pa.RecordBatch:
+    """One row group as blobs: its mops per topic-partition, and its ok polls per assigned topic-partition."""
     kinds, topics, partitions, info_sends, payloads = [], [], [], [], []
     for topic, partition, mops in _by_partition(encode_mops(rows)):
         kinds.append(MOPS)
@@ -168,24 +236,27 @@ def _blob_batch(rows: pa.Table, row_group: int) -> pa.RecordBatch:
         partitions.append(partition)
         info_sends.append(int(((mops["type"].to_numpy() == INFO) & mops["is_send"].to_numpy()).sum()))
         payloads.append(to_ipc(mops))
-    assignments = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
-                                      pc.is_in(rows["type"], pa.array(["ok", "info"]))))
-    kinds.append(ASSIGNMENTS)
-    topics.append(None)
-    partitions.append(None)
-    info_sends.append(0)
-    payloads.append(to_ipc(assignments.select(ASSIGNMENT_SCHEMA.names).cast(ASSIGNMENT_SCHEMA)))
+    for topic, partition, polls in current.polls(rows):
+        kinds.append(POLLS)
+        topics.append(topic)
+        partitions.append(partition)
+        info_sends.append(0)
+        payloads.append(to_ipc(polls))
     return pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": pa.array(partitions, pa.int32()),
                                        "row_group": pa.array([row_group] * len(kinds), pa.int32()),
                                        "info_sends": pa.array(info_sends, pa.int64()), "payload": payloads})
 
 
-def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, all its mops in history order) from the blobs of one Spark partition."""
-    blobs: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table]]:
+    """(topic, partition, all its mops in history order, its assigned polls) from the blobs of one
+    Spark partition; a partition with polls but no mops has nothing to check."""
+    blobs: dict[tuple[str, int], dict[str, list[tuple[int, bytes]]]] = {}
     for batch in batches:
-        for topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
-                                                          ("topic", "partition", "row_group", "payload"))):
-            blobs.setdefault((topic, partition), []).append((row_group, payload))
-    for (topic, partition), parts in sorted(blobs.items()):
-        yield topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(parts)])
+        for kind, topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
+                                                                ("kind", "topic", "partition", "row_group", "payload"))):
+            blobs.setdefault((topic, partition), {MOPS: [], POLLS: []})[kind].append((row_group, payload))
+    for (topic, partition), kinds in sorted(blobs.items()):
+        if kinds[MOPS]:
+            polls = [read_ipc(payload) for _, payload in sorted(kinds[POLLS])] or [POLL_SCHEMA.empty_table()]
+            yield (topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(kinds[MOPS])]),
+                   pa.concat_tables(polls))

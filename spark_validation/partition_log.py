@@ -13,6 +13,9 @@ section 2), partitioned by topic-partition instead of Jepsen's abstract key:
 - value_index: per value in the log its first and last dense index
 - by_index: one value per dense index (the smallest when a slot conflicts)
 - writer_of: per value the lowest index of an op that sent it
+
+Beside the mops, a partition gets the ok polls of processes that had it assigned (for the
+realtime lag of polls that read nothing here) and the processes' ok subscribes.
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ MOP_SCHEMA = pa.schema([
     ("is_send", pa.bool_()), ("time_ns", pa.int64()), ("invoke_ns", pa.int64()), ("value", pa.int64()),
     ("offset", pa.int64()), ("rebalanced", pa.bool_()),
 ])
+
+# the ok polls and txns of processes that had the partition assigned
+POLL_SCHEMA = pa.schema([("index", pa.int64()), ("process", pa.int64()), ("invoke_ns", pa.int64())])
+NONE = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 def distinct_rows(*columns: np.ndarray) -> np.ndarray:
@@ -98,11 +105,16 @@ class PartitionLog:
     """The mops of one topic-partition (rows in (index, seq) order) and their derived tables."""
 
     def __init__(self, topic: str, partition: int, mops: pa.Table, proven_ops: np.ndarray,
-                 resets: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64), np.zeros(0, np.int64))):
+                 resets: tuple[np.ndarray, np.ndarray] = NONE, assigned_polls: pa.Table | None = None,
+                 subscribed: tuple[np.ndarray, np.ndarray] = NONE):
         """mops in MOP_SCHEMA; proven_ops: info ops proven committed; resets: (process, op index) of the
-        assign/subscribe ops that dropped this partition."""
+        assign/subscribe ops that dropped this partition; assigned_polls in POLL_SCHEMA; subscribed:
+        (process, op index) of every ok subscribe."""
         self.topic, self.partition = topic, partition
         self.resets = resets
+        self.subscribed = subscribed
+        polls = POLL_SCHEMA.empty_table() if assigned_polls is None else assigned_polls
+        self.assigned_polls = tuple(polls.column(name).to_numpy() for name in POLL_SCHEMA.names)
         cols = {name: mops.column(name).to_numpy() for name in MOP_SCHEMA.names}
         index, seq = cols["index"], cols["seq"]
         in_order = (index[1:] > index[:-1]) | ((index[1:] == index[:-1]) & (seq[1:] > seq[:-1]))

@@ -4,9 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from reports import series
+from spark_validation.lag import LAG_SCHEMA
 from spec.history import ops_table
-from reports_synthetic import (NS, POLL_LATENCY_NS, SEND_LATENCY_NS, SENDS, STEP_NS, TIMELINE, build_ops,
+from reports_synthetic import (NS, POLL_LATENCY_NS, SEND_LATENCY_NS, SENDS, TIMELINE, build_ops,
                                     write_run)
 
 
@@ -46,30 +50,14 @@ def test_throughput_counts_every_completion_once_in_its_bin(history):
     assert rate.counts["send", "info"].sum() == 1 and rate.counts["send", "info"][2] == 1
 
 
-def test_realtime_lag_is_poll_start_minus_when_the_next_offset_existed(history):
-    lag = series.realtime_lag(history)
-    keys = np.array(lag.key)
-    first = np.argmin(np.where(keys == "t0-0", lag.time_s, np.inf))
-    # the first poll starts just after send 4 (0.4 s); offset 0 of t0-0 was acked at 0.1 s
-    assert lag.time_s[first] == pytest.approx(4 * STEP_NS / NS + (SEND_LATENCY_NS + 1_000) / NS)
-    assert lag.lag_s[first] == pytest.approx(lag.time_s[first] - (STEP_NS + SEND_LATENCY_NS) / NS)
-    assert (lag.lag_s >= 0).all() and set(lag.process) == {1}
-    # a poll that read everything there was leaves no lag until a newer offset is acked
-    assert lag.lag_s.max() < 1.0
-
-
-def test_a_process_with_nothing_to_catch_up_on_has_no_lag():
-    from spec.history import Op, Poll, Record, Send
-    ops = [Op(0, 0, "invoke", "send", 0, 0, (Send(Record("t", 0, 0, 1)),)),
-           Op(1, 0, "ok", "send", 10, 0, (Send(Record("t", 0, 0, 1, 0)),)),
-           Op(2, 1, "invoke", "assign", 20, 20, assignment=(("t", 0),)),
-           Op(3, 1, "ok", "assign", 21, 20, assignment=(("t", 0),)),
-           Op(4, 1, "invoke", "poll", 30, 30, (Poll(),)),
-           Op(5, 1, "ok", "poll", 40, 30, (Poll((Record("t", 0, 0, 1, 0),)),)),
-           Op(6, 1, "invoke", "poll", 50, 50, (Poll(),)),
-           Op(7, 1, "ok", "poll", 60, 50, (Poll(),))]
-    lag = series.realtime_lag(ops_table(ops))
-    assert list(lag.lag_s * series.NS_PER_S) == pytest.approx([20, 0])  # 30 - 10, then caught up
+def test_the_lag_plot_reads_the_checks_realtime_lag_and_nothing_without_a_check(tmp_path):
+    path = tmp_path / "realtime-lag.parquet"
+    pq.write_table(pa.table({"topic": ["t0", "t1"], "partition": pa.array([0, 1], pa.int32()), "process": [2, 1],
+                             "time_ns": [3 * NS, 1 * NS], "lag_ns": [NS // 2, 0]}, schema=LAG_SCHEMA), path)
+    lag = series.read_lag(path)
+    assert list(lag.time_s) == [1.0, 3.0] and list(lag.lag_s) == [0.0, 0.5]
+    assert list(lag.process) == [1, 2] and lag.key == ["t1-1", "t0-0"]
+    assert len(series.read_lag(tmp_path / "absent.parquet").lag_s) == 0
 
 
 def test_highlights_are_the_anomalys_records_not_whole_polls(tmp_path):
