@@ -24,7 +24,7 @@ def faults() -> None:
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
               help="Seconds of workload under faults.")
 @click.option("--rate", "rate_hz", type=float, default=200.0, show_default=True, help="Target ops per second.")
-@click.option("--concurrency", type=int, default=8, show_default=True, help="Client processes.")
+@click.option("--concurrency", type=int, default=8, show_default=True, help="Worker threads: each polls with one consumer and pipelines sends on one producer.")
 @click.option("--interval", "interval_s", type=float, default=10.0, show_default=True,
               help="Mean seconds between a fault package's starts and heals.")
 @click.option("--quiet", "quiet_s", type=float, default=5.0, show_default=True,
