@@ -32,7 +32,14 @@ def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple
     return arguments
 
 
-@click.command()
+EPILOG = """\b
+Exit codes:
+  0  every selected test passed or was skipped with its reason
+  1  at least one test failed
+  2+ the run itself could not go on (pytest's codes: interrupted, internal or usage error)"""
+
+
+@click.command(epilog=EPILOG)
 @click.option("--bootstrap-servers", required=True, metavar="HOST:PORT[,...]", help="The broker under test.")
 @click.option("--client", "clients", metavar="NAMES",
               help="Comma-separated: confluent-kafka,kafka-python,aiokafka,kcat,kafkajs (default all).")
@@ -48,7 +55,22 @@ def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple
 @click.option("-v", "--verbose", is_flag=True, help="One line per test.")
 def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json_path, client_properties,
                 node_stop_command, node_start_command, verbose) -> None:
-    """Check a Kafka-compatible broker against kspec's guarantee catalogue through real clients."""
+    """Check a Kafka-compatible broker against kspec's guarantee catalogue through real clients.
+
+    \b
+    Examples:
+      kspec conformance --bootstrap-servers 127.0.0.1:9092 --quick
+      kspec conformance --bootstrap-servers broker:9092 --client kcat,aiokafka --only TXN-2,IDM-1 --report out/
+      kspec conformance --bootstrap-servers broker:9093 --client-property security.protocol=SSL \\
+          --client-property ssl.ca.location=ca.pem
+      kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
+          --node-stop-command 'python -m conformance.nodes stop DIR {node_id}' \\
+          --node-start-command 'python -m conformance.nodes start DIR {node_id}'
+
+    The last one lets the suite kill and restart the nodes of a reference cluster started with
+    `kspec cluster --nodes 3 --data-dir DIR`, which prints these two commands; any broker can
+    be controlled by commands of its own.
+    """
     import pytest
 
     exit_code = pytest.main(pytest_arguments(

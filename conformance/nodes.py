@@ -87,25 +87,33 @@ def stop_node(base_dir: Path, node_id: int, sig: int = signal.SIGKILL, timeout_s
 class LocalCluster:
     """A reference cluster whose nodes the `stop` and `start` commands above can control."""
 
-    def __init__(self, base_dir: str, nodes: int = 3, overrides: dict[str, str] | None = None) -> None:
+    def __init__(self, base_dir: str, nodes: int = 3, overrides: dict[str, str] | None = None, *,
+                 base_port: int | None = None) -> None:
         from reference.process import ClusterProcess  # only for the command lines and addresses
 
         self.base_dir = Path(base_dir)
-        self.layout = ClusterProcess(base_dir, nodes, overrides=overrides)
+        self.layout = ClusterProcess(base_dir, nodes, base_port=base_port, overrides=overrides)
         self.node_ids = sorted(self.layout.nodes)
 
     @property
     def bootstrap(self) -> str:
         return self.layout.bootstrap
 
+    def pid(self, node_id: int) -> int | None:
+        return _pid(self.base_dir, node_id)
+
+    def node_command(self, node_id: int) -> list[str]:
+        """The `kspec broker` command line of node_id."""
+        return self.layout.nodes[node_id].command()
+
     def command(self, verb: str) -> str:
         """The --node-stop-command or --node-start-command template for this cluster."""
         return shlex.join([sys.executable, "-m", "conformance.nodes", verb, str(self.base_dir)]) + " {node_id}"
 
     def start(self) -> str:
-        for node_id, node in self.layout.nodes.items():
+        for node_id in self.node_ids:
             command_path, _, _ = _paths(self.base_dir, node_id)
-            command_path.write_text(json.dumps(node.command()))
+            command_path.write_text(json.dumps(self.node_command(node_id)))
             start_node(self.base_dir, node_id)
         self.wait_ready()
         return self.bootstrap

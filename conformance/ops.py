@@ -74,7 +74,8 @@ def fetch(wire: WireClient, caps: Capabilities, topic: str, offset: int, *, part
         "replica_id": replica_id, "max_wait_ms": max_wait_ms, "min_bytes": min_bytes, "max_bytes": max_bytes,
         "isolation_level": isolation_level, "session_id": 0, "session_epoch": -1,
         "topics": [{"topic": topic, "partitions": [{"partition": partition, "fetch_offset": offset,
-                                                     "log_start_offset": -1, "current_leader_epoch": current_leader_epoch,
+                                                     "log_start_offset": -1,
+                                                     "current_leader_epoch": current_leader_epoch,
                                                      "partition_max_bytes": partition_max_bytes}]}],
         "forgotten_topics_data": [], "rack_id": ""}, timeout_s=timeout_s)
     assert response.get("error_code", 0) == 0, f"Fetch answered top-level error {response.error_code}"

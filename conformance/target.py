@@ -138,12 +138,7 @@ class Target:
                     pytest.skip(f"topic configs {sorted(configs)} need CreateTopics, which the broker does not offer")
                 self._metadata(wire, name, auto_create=True)
             else:
-                response = wire.request(ApiKey.CREATE_TOPICS, version, {
-                    "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
-                                "assignments": [], "configs": [{"name": k, "value": v}
-                                                               for k, v in (configs or {}).items()]}],
-                    "timeout_ms": int(TOPIC_READY_TIMEOUT_S * 1000), "validate_only": False})
-                result = response.topics[0]
+                result = self._create_topic_request(wire, version, name, partitions, replication_factor, configs)
                 if result.error_code != ErrorCode.NONE:
                     raise TopicSetupFailed(f"CreateTopics {name} partitions={partitions} configs={configs} "
                                            f"answered {error_name(result.error_code)}: {result.get('error_message')}")
@@ -151,6 +146,15 @@ class Target:
         if count < partitions:
             pytest.skip(f"needs {partitions} partitions; auto-created topics on this broker get {count}")
         return name
+
+    @staticmethod
+    def _create_topic_request(wire: WireClient, version: int, name: str, partitions: int, replication_factor: int,
+                              configs: dict[str, str] | None, *, validate_only: bool = False):
+        response = wire.request(ApiKey.CREATE_TOPICS, version, {
+            "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
+                        "assignments": [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+            "timeout_ms": int(TOPIC_READY_TIMEOUT_S * 1000), "validate_only": validate_only})
+        return response.topics[0]
 
     def wait_for_leaders(self, wire: WireClient, topic: str, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
         """Waits until every broker's Metadata shows a leader for every partition of topic (in a
@@ -207,18 +211,28 @@ class Target:
         self._run_node_command(self.node_stop_command, node_id)
 
     def start_node(self, node_id: int, timeout_s: float = NODE_RETURN_TIMEOUT_S) -> None:
-        """Start a node and wait until Metadata lists it among the brokers again."""
+        """Start a node and wait until the cluster counts it as live again, so the next test
+        finds every broker: a topic replicated to all of them is accepted (CreateTopics with
+        validate_only; a broker's Metadata may still list the node's previous registration),
+        or, without CreateTopics, Metadata lists the node."""
         self._run_node_command(self.node_start_command, node_id)
-        version = self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
         deadline = time.monotonic() + timeout_s
-        while True:
-            with self.wire() as wire:
-                metadata = wire.request(ApiKey.METADATA, version, {"topics": [], "allow_auto_topic_creation": False})
-            if any(b.node_id == node_id for b in metadata.brokers):
-                return
+        while not self._counted_live(node_id):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"broker {node_id} not back in Metadata within {timeout_s:.0f} s of its start")
+                raise RuntimeError(f"broker {node_id} not counted live within {timeout_s:.0f} s of its start")
             time.sleep(POLL_INTERVAL_S)
+
+    def _counted_live(self, node_id: int) -> bool:
+        caps = self.capabilities
+        with self.wire() as wire:
+            version = caps.version(ApiKey.CREATE_TOPICS, 2, 7)
+            if version is not None:
+                probe = self._create_topic_request(wire, version, self.new_topic_name("live-probe"), 1,
+                                                   caps.broker_count, None, validate_only=True)
+                return probe.error_code == ErrorCode.NONE
+            metadata = wire.request(ApiKey.METADATA, caps.version(ApiKey.METADATA, *METADATA_VERSION_RANGE),
+                                    {"topics": [], "allow_auto_topic_creation": False})
+            return any(b.node_id == node_id for b in metadata.brokers)
 
     @contextlib.contextmanager
     def node_stopped(self, node_id: int):

@@ -1,10 +1,10 @@
-"""Multi-broker checks (DUR-1, REP-2, VIS-1, VIS-2): run only when the target is a cluster.
+"""Multi-broker checks (DUR-1, REP-1, REP-2, VIS-1, VIS-2): run only when the target is a cluster.
 
 acks=all is refused while fewer replicas than min.insync.replicas can take the write;
 Metadata's replica sets are consistent; a leader refuses fetches, a replica's as well as a
 consumer's, that carry a leader epoch other than its own (KIP-320: a follower of another epoch
-may hold a diverged log, so it must neither read on nor count toward the high watermark). When the run may stop and start nodes
-(--node-stop-command / --node-start-command):
+may hold a diverged log, so it must neither read on nor count toward the high watermark).
+When the run may stop and start nodes (--node-stop-command / --node-start-command):
 - acks=all is not acknowledged while an in-sync replica is down and cannot have the record;
 - a record only the leader has is not served to consumers (it is above the high watermark);
 - killing a partition's leader loses no acknowledged record, raises the leader epoch, and

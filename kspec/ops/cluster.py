@@ -37,12 +37,16 @@ def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_d
 
     With --nodes N: one `kspec broker` process per node on 127.0.0.1 in combined mode
     (broker and controller), each with its own port and data dir. Once every partition has
-    a leader it prints one line with bootstrap=HOST:PORT,... and each node's pid and command
-    line (kill one with kill -9 PID, start it again with its command line); Ctrl-C stops all.
+    a leader it prints each node's pid and command line, the commands that stop (kill -9)
+    and start one node, and a line with bootstrap=HOST:PORT,...; Ctrl-C stops all. The node
+    commands are what `kspec conformance` takes to kill leaders.
 
     \b
     Examples:
-      kspec cluster --nodes 3 --base-port 9092
+      kspec cluster --nodes 3 --base-port 9092 --data-dir /tmp/kspec-cluster
+      kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
+          --node-stop-command 'python -m conformance.nodes stop /tmp/kspec-cluster {node_id}' \\
+          --node-start-command 'python -m conformance.nodes start /tmp/kspec-cluster {node_id}'
       kspec cluster status -b 127.0.0.1:9092
     """
     if ctx.invoked_subcommand is not None:
@@ -54,18 +58,20 @@ def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_d
 
 
 def run_local_cluster(nodes: int, base_port: int | None, data_dir: str) -> None:
-    from reference.process import BrokerNotReady, ClusterProcess
+    from conformance.nodes import LocalCluster
     stopping = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stopping.set())
-    local_cluster = ClusterProcess(data_dir, nodes, base_port=base_port)
+    local_cluster = LocalCluster(data_dir, nodes, base_port=base_port)
     try:
         local_cluster.start()
-    except BrokerNotReady as e:
+    except RuntimeError as e:
         local_cluster.stop()
         raise OpsError(str(e)) from None
-    for node_id, node in local_cluster.nodes.items():
-        click.echo(f"node {node_id} pid={node.process.pid} {shlex.join(node.command())}")
+    for node_id in local_cluster.node_ids:
+        click.echo(f"node {node_id} pid={local_cluster.pid(node_id)} {shlex.join(local_cluster.node_command(node_id))}")
+    click.echo(f"node control: --node-stop-command {shlex.quote(local_cluster.command('stop'))} "
+               f"--node-start-command {shlex.quote(local_cluster.command('start'))}")
     click.echo(f"kspec cluster ready nodes={nodes} bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
     while not stopping.wait(1.0):
         pass

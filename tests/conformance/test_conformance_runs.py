@@ -1,27 +1,25 @@
-"""The conformance suite, run as users run it (`kspec conformance`), against two real targets.
+"""The conformance suite, run as users run it (`kspec conformance`), against three real targets.
 
-- A single `kspec broker` process: every test passes or is skipped with a reason (the
-  reference offers no transactions yet, and one node cannot show replication).
+- A single `kspec broker` process: every test passes or is skipped with a reason (one node
+  cannot show replication).
+- A 3-node reference cluster whose nodes the suite may stop and start: every test passes,
+  leader kills and stopped replicas included.
 - librdkafka's mock cluster as shipped: the suite runs to the end and names the mock's known
   gaps (research/protocol.md §2.4) as failed tests with messages that say what was expected
   and what was seen.
 
-Both are --quick runs; the full run with every client is `kspec conformance` without --quick.
+All are --quick runs; the full run with every client is `kspec conformance` without --quick
+(`python -m benchmarks conformance` publishes it in reports/conformance/).
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import xml.etree.ElementTree as ElementTree
 
 import pytest
+from suite_process import BUG_SWITCHES, reference, run_suite
 
 from conformance.mock_cluster import MockCluster
-from reference.process import BrokerProcess
 from spec.catalogue import CATALOGUE
-
-RUN_TIMEOUT_S = 180.0
 
 # test name -> a phrase its failure message must hold, for the mock's known gaps.
 MOCK_GAPS = {
@@ -36,20 +34,17 @@ MOCK_GAPS = {
 }
 
 
-def run_suite(bootstrap: str, out_dir, *extra: str) -> tuple[int, dict, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "kspec.cli", "conformance", "--bootstrap-servers", bootstrap, "--quick",
-         "--report", str(out_dir), "--junit-xml", str(out_dir / "junit.xml"), *extra],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=out_dir)
-    document = json.loads((out_dir / "conformance.json").read_text())
-    return done.returncode, document, done.stdout
+def run_quick(bootstrap: str, out_dir, *extra: str) -> tuple[int, dict, str]:
+    """A --quick run writing every result format (JSON, HTML matrix, JUnit XML) to out_dir."""
+    return run_suite(bootstrap, out_dir, "--quick", "--report", str(out_dir), "--junit-xml",
+                     str(out_dir / "junit.xml"), *extra)
 
 
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("reference")
-    with BrokerProcess(str(base / "data")) as broker:
-        return run_suite(broker.bootstrap, base) + (base,)
+    with reference("single", base) as (bootstrap, extra):
+        return run_quick(bootstrap, base, *extra) + (base,)
 
 
 def test_reference_broker_passes_with_only_justified_skips(reference_run):
@@ -59,8 +54,17 @@ def test_reference_broker_passes_with_only_justified_skips(reference_run):
     assert document["totals"]["passed"] >= 30
     skips = [t for t in document["tests"] if t["outcome"] == "skipped"]
     assert all(t["message"] for t in skips), "every skip carries its reason"
-    assert all(("transaction" in t["message"] or "brokers" in t["message"]) for t in skips), \
-        [f"{t['test']}: {t['message']}" for t in skips]
+    assert all("brokers" in t["message"] for t in skips), [f"{t['test']}: {t['message']}" for t in skips]
+    passed = {t["test"] for t in document["tests"] if t["outcome"] == "passed"}
+    assert {name for kind, name in BUG_SWITCHES.values() if kind == "single"} <= passed
+
+
+def test_reference_cluster_passes_everything_with_node_control(tmp_path):
+    with reference("cluster", tmp_path) as (bootstrap, extra):
+        exit_code, document, stdout = run_quick(bootstrap, tmp_path, *extra)
+    not_passed = [f"{t['test']} {t['outcome']}: {t['message']}" for t in document["tests"] if t["outcome"] != "passed"]
+    assert not_passed == [] and exit_code == 0, "\n".join(not_passed) + stdout[-3000:]
+    assert {name for kind, name in BUG_SWITCHES.values() if kind == "cluster"} <= {t["test"] for t in document["tests"]}
 
 
 def test_reference_results_name_guarantees_in_json_junit_and_html(reference_run):
@@ -75,15 +79,15 @@ def test_reference_results_name_guarantees_in_json_junit_and_html(reference_run)
 
 
 def test_only_selects_tests_by_guarantee_id(tmp_path):
-    with BrokerProcess(str(tmp_path / "data")) as broker:
-        exit_code, document, _ = run_suite(broker.bootstrap, tmp_path, "--only", "IDM-1")
+    with reference("single", tmp_path) as (bootstrap, _):
+        exit_code, document, _ = run_quick(bootstrap, tmp_path, "--only", "IDM-1")
     assert exit_code == 0
     assert document["tests"] and all("IDM-1" in t["guarantees"] for t in document["tests"])
 
 
 def test_mock_cluster_gaps_are_reported_as_failures(tmp_path):
     with MockCluster(3, as_shipped=True) as mock:
-        exit_code, document, stdout = run_suite(mock.bootstrap, tmp_path)
+        exit_code, document, stdout = run_quick(mock.bootstrap, tmp_path)
     assert exit_code == 1, stdout[-3000:]
     by_name = {t["test"]: t for t in document["tests"]}
     for test_name, phrase in MOCK_GAPS.items():
