@@ -380,6 +380,12 @@ class PartitionReplica:
         if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_end_offset < request.fetch_offset:
             self.fetch_state = FetchState.TRUNCATING  # we are ahead of the leader: find where we diverge
             return
+        if answer.error == ErrorCode.OFFSET_OUT_OF_RANGE and answer.log_start_offset > request.fetch_offset:
+            # We are behind the leader's log start (it deleted what we lack): start over there.
+            self.log.truncate_fully_and_start_at(answer.log_start_offset)
+            self.epoch_cache.truncate_from_end(0)
+            self.high_watermark = self.log.log_end_offset  # the leader's HW is at least its log start
+            return
         if answer.error != ErrorCode.NONE:
             return
         if answer.records:

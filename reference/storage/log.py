@@ -420,16 +420,27 @@ class Log:
         self.active_segment.truncate_to(offset)
         if self.log_end_offset < self._log_start_offset:
             # the batch holding `offset` began below the log start: nothing readable is left.
-            # Start empty at the log start, with no producer state (Kafka's truncateFullyAndStartAt).
-            self.active_segment.delete_files()
-            for snapshot_offset in self._snapshot_offsets():
-                os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
-            self.segments = [LogSegment.create(self.dir_path, self._log_start_offset,
-                                               index_interval_bytes=self.config.index_interval_bytes,
-                                               created_ms=self.active_segment.created_ms)]
+            self.truncate_fully_and_start_at(self._log_start_offset)
+            return
         for snapshot_offset in self._snapshot_offsets():
             if snapshot_offset > self.log_end_offset:
                 os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
+        self._load_producer_state()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset`, with no producer state: a follower
+        whose log ends below its leader's log start can never fetch what lies between, so it
+        starts over where the leader's log begins (Kafka's truncateFullyAndStartAt)."""
+        assert offset >= 0, offset
+        created_ms = self.active_segment.created_ms
+        for segment in self.segments:
+            segment.delete_files()
+        for snapshot_offset in self._snapshot_offsets():
+            os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
+        self.segments = [LogSegment.create(self.dir_path, offset, index_interval_bytes=self.config.index_interval_bytes,
+                                           created_ms=created_ms)]
+        self._log_start_offset = offset
+        self._write_atomically(LOG_START_OFFSET_FILE, str(offset).encode())
         self._load_producer_state()
 
     # ------------------------------------------------------------ lifecycle
