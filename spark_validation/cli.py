@@ -53,6 +53,10 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
         click.echo(f"  {anomaly:24} {n:8d}  {marker}")
     held = [g for g, e in v["guarantees"].items() if e["status"] == "held"]
     violated = [g for g, e in v["guarantees"].items() if e["status"] == "violated"]
+    worst = v["realtime-lag"]["worst"]
+    click.echo(f"worst realtime lag {worst['lag_s']:.3f} s" + (f" ({worst['topic']}-{worst['partition']}, process "
+                                                              f"{worst['process']})" if "topic" in worst else "")
+               + f"; consume counts {v['consume-counts']['distribution'] or 'none (no subscribed reads)'}")
     click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s; "
                f"guarantees held: {', '.join(held) or '-'}; violated: {', '.join(violated) or '-'}")
     click.echo(f"{'VALID' if result.valid else 'INVALID'}: results in {out_dir}")
