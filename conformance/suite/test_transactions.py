@@ -147,36 +147,35 @@ def test_offsets_sent_to_a_transaction_commit_or_abort_with_it(transactional, ta
 
 
 @pytest.mark.guarantee("TXN-1", "TXN-2")
-def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(target):
+def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(wire, target):
     caps = target.capabilities
     caps.require("transactional writes", *TRANSACTION_APIS)
     transactional_id = target.new_topic_name("txn-unadded")
-    producer_id, epoch = _init_transactional_producer(target, transactional_id)
+    producer_id, epoch = _init_transactional_producer(wire, target, transactional_id)
     topic = target.create_topic("txn-unadded")
     batch = ops.values_batch([b"never-added"], producer_id=producer_id, producer_epoch=epoch, base_sequence=0,
                              is_transactional=True)
-    with target.leader_wire(topic) as wire:
-        response = ops.produce(wire, caps, topic, batch, transactional_id=transactional_id)
+    with target.leader_wire(topic) as leader:
+        response = ops.produce(leader, caps, topic, batch, transactional_id=transactional_id)
     expect(response.error_code != ErrorCode.NONE,
            "an error (INVALID_TXN_STATE) for a transactional write without AddPartitionsToTxn: verified with the "
            "coordinator since KIP-890", f"NONE at offset {response.base_offset}: a transaction the coordinator "
            "does not know is now open on the partition")
 
 
-def _init_transactional_producer(target, transactional_id: str) -> tuple[int, int]:
-    """(producer id, epoch) from the transaction coordinator of transactional_id, as a producer's
-    initTransactions gets them (waiting while the coordinator loads)."""
+def _init_transactional_producer(wire, target, transactional_id: str) -> tuple[int, int]:
+    """(producer id, epoch) from the transaction coordinator of transactional_id (found through
+    wire), as a producer's initTransactions gets them (waiting while the coordinator loads)."""
     caps = target.capabilities
     find_version = caps.version_or_skip(ApiKey.FIND_COORDINATOR, 1, 3)  # v4 batches keys
     init_version = caps.version_or_skip(ApiKey.INIT_PRODUCER_ID, 0, 4)
     deadline = time.monotonic() + COORDINATOR_WAIT_S
     while True:
-        with target.wire() as wire:
-            found = wire.request(ApiKey.FIND_COORDINATOR, find_version,
-                                 {"key": transactional_id, "key_type": TRANSACTION_COORDINATOR})
+        found = wire.request(ApiKey.FIND_COORDINATOR, find_version,
+                             {"key": transactional_id, "key_type": TRANSACTION_COORDINATOR})
         if found.error_code == ErrorCode.NONE:
-            with target.wire(f"{found.host}:{found.port}") as wire:
-                init = wire.request(ApiKey.INIT_PRODUCER_ID, init_version, {
+            with target.wire(f"{found.host}:{found.port}") as coordinator:
+                init = coordinator.request(ApiKey.INIT_PRODUCER_ID, init_version, {
                     "transactional_id": transactional_id, "transaction_timeout_ms": int(TRANSACTION_TIMEOUT_S * 1000),
                     "producer_id": -1, "producer_epoch": -1})
             if init.error_code == ErrorCode.NONE:
