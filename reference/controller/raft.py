@@ -230,7 +230,7 @@ class RaftNode:
             self.epoch, self.voted_for = epoch, NOT_VOTED
         self.role, self.leader_id = RaftRole.FOLLOWER, leader_id
         self._fetch_sent_ms = -1
-        self._last_leader_contact_ms = now_ms if leader_id != NO_LEADER else -1
+        self._last_leader_contact_ms = -1  # until the leader itself is heard (BeginQuorumEpoch, a Fetch answer)
         self._reset_election_timer(now_ms)
 
     def _become_prospective(self, now_ms: int) -> None:
@@ -295,8 +295,8 @@ class RaftNode:
                             VoteResponse(self.node_id, self.epoch, granted, False, self.leader_id)))
 
     def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
-        if response.epoch > self.epoch or (response.epoch == self.epoch and self.leader_id == NO_LEADER
-                                           and response.leader_id not in (NO_LEADER, self.node_id)):
+        if response.epoch > self.epoch or (not response.vote_granted
+                                           and self._learns_leader(response.epoch, response.leader_id)):
             self._become_follower(response.epoch, response.leader_id, now_ms)
             return
         wanted = RaftRole.PROSPECTIVE if response.pre_vote else RaftRole.CANDIDATE
@@ -304,9 +304,18 @@ class RaftNode:
             self._votes.add(response.voter_id)
             self._maybe_win(now_ms)
 
+    def _learns_leader(self, epoch: int, leader_id: int) -> bool:
+        """Whether an answer naming the leader of our own epoch should make us its follower: when
+        we know no leader, or are asking for votes. A prospective node keeps the leader it knew,
+        and a refused pre-vote that names that leader sends it back to fetching (KIP-996);
+        otherwise a node that came back from a partition would ask for pre-votes forever."""
+        return (epoch == self.epoch and leader_id not in (NO_LEADER, self.node_id)
+                and (self.role in (RaftRole.PROSPECTIVE, RaftRole.CANDIDATE) or self.leader_id == NO_LEADER))
+
     def _on_begin_quorum_epoch(self, message: BeginQuorumEpoch, now_ms: int) -> None:
         if message.leader_epoch > self.epoch or (message.leader_epoch == self.epoch and self.role is not RaftRole.LEADER):
             self._become_follower(message.leader_epoch, message.leader_id, now_ms)
+            self._last_leader_contact_ms = now_ms
 
     def _check_quorum(self, now_ms: int) -> None:
         """A leader that has not heard from a majority within the fetch timeout resigns, so a
@@ -349,8 +358,7 @@ class RaftNode:
         reply(entries=tuple(self.log[start:start + FETCH_ENTRIES_MAX]))
 
     def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
-        if response.epoch > self.epoch or (response.epoch == self.epoch and self.leader_id == NO_LEADER
-                                           and self.role is not RaftRole.LEADER):
+        if response.epoch > self.epoch or self._learns_leader(response.epoch, response.leader_id):
             self._become_follower(response.epoch, response.leader_id, now_ms)
         if response.epoch != self.epoch or self.role is not RaftRole.FOLLOWER or response.fenced:
             return

@@ -171,6 +171,24 @@ def test_9_6_pre_vote_keeps_a_returning_node_from_disrupting_the_leader():
     assert quorum.leader() is leader and leader.epoch == quorum.nodes[isolated].epoch
 
 
+def test_kip_996_a_returning_node_follows_the_leader_its_refused_pre_votes_name_and_catches_up():
+    """Cut off, a follower times out and becomes prospective; back on the network, its pre-votes
+    are refused with the leader's id, and it must follow that leader again, not ask forever."""
+    quorum = Quorum()
+    quorum.run(3_000)
+    leader = quorum.leader()
+    returning = next(v for v in quorum.voters if v != leader.node_id)
+    quorum.cut |= {frozenset((returning, v)) for v in quorum.voters if v != returning}
+    quorum.run(3_000)
+    assert quorum.nodes[returning].role is RaftRole.PROSPECTIVE
+    commit_offset = leader.propose([{"type": "TopicRecord", "name": "while-away"}])
+    quorum.cut.clear()
+    quorum.run(3_000)  # past its next election timeout: it asks for pre-votes again
+    node = quorum.nodes[returning]
+    assert node.role is RaftRole.FOLLOWER and node.leader_id == leader.node_id and quorum.leader() is leader
+    assert node.high_watermark >= commit_offset and node.log == leader.log
+
+
 def test_a_lone_voter_is_its_own_majority():
     quorum = Quorum(voters=(1,))
     quorum.run(3_000)
