@@ -1,4 +1,5 @@
-"""Helpers for the fault-harness tests: TCP servers inside namespaces and reachability probes."""
+"""Helpers for the fault-harness tests: TCP servers inside namespaces, reachability probes, and
+the broker processes a run left."""
 from __future__ import annotations
 
 import itertools
@@ -6,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from faults import net
 
@@ -48,3 +50,16 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 0.1) -> bool:
             return True
         time.sleep(interval_s)
     return predicate()
+
+
+def brokers_of(out_dir: Path) -> list[int]:
+    """pids of broker processes whose command line names out_dir."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"broker" in command and any(str(out_dir).encode() in word for word in command):
+                pids.append(int(pid))
+        except OSError:
+            continue
+    return pids

@@ -13,7 +13,7 @@ import pytest
 
 from faults import net
 from faults.recorder import PARTS_DIR, merge_parts
-from faults_helpers import wait_until
+from faults_helpers import brokers_of, wait_until
 from spec.history import read_history
 
 KSPEC = str(Path(sys.executable).parent / "kspec")
@@ -28,19 +28,6 @@ def start_run(out_dir: Path, state_dir: Path, network: str) -> subprocess.Popen:
 
 def recording(out_dir: Path) -> bool:
     return len(list((out_dir / PARTS_DIR).glob("part-*.parquet"))) >= 2
-
-
-def brokers_of(out_dir: Path) -> list[int]:
-    """pids of broker processes whose command line names out_dir."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"broker" in command and any(str(out_dir).encode() in word for word in command):
-                pids.append(int(pid))
-        except OSError:
-            continue
-    return pids
 
 
 def alive(pid: int) -> bool:
