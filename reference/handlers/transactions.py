@@ -55,7 +55,9 @@ from reference.storage import AppendOrigin, Log
 from reference.transaction.coordinator import (
     NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionCoordinator, TransactionCoordinatorConfig, TxnEffects, TxnMarkers,
 )
-from reference.transaction.partition import AbortedTxn, PartitionTransactions, TransactionBugs, committed_records
+from reference.transaction.partition import (
+    AbortedTxn, PartitionTransactions, TransactionBugs, VerificationGuard, committed_records,
+)
 from reference.transaction.records import TRANSACTION_STATE_TOPIC, decode_key
 
 READ_BYTES_MAX = 1 << 20
@@ -67,6 +69,7 @@ ACKS_ALL = -1
 STATE_WRITE_TIMEOUT_MS = 5000  # how long a state write waits for the ISR (Kafka: request.timeout.ms)
 MARKER_WRITE_TIMEOUT_MS = 3000  # how long a marker waits for the ISR; below the peers' request timeout
 MARKER_RETRY_BACKOFF_MS = 100  # between rounds of markers to partitions that did not take theirs yet
+END_TXN_COMPLETION_WAIT_MS = 3000  # how long EndTxn waits for the markers before it answers anyway
 PEER_ERRORS = (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError)
 # What a producer is told when its partition's leader could not verify with the coordinator:
 # a retriable error, as Kafka's AddPartitionsToTxnManager maps them (KIP-890).
@@ -93,7 +96,8 @@ class TxnNode:
         self.writing: set[str] = set()  # transactional ids whose state records are not replicated yet
         self.completing: dict[TxnMarkers, asyncio.Task] = {}
         self.spare_producer_ids: list[int] = []  # in a cluster: ids from the controller, for new transactional ids
-        self.verified: dict[tuple[TopicPartition, int], tuple[object, ErrorCode]] = {}  # (partition, producer id) -> (guard, answer)
+        # (partition, producer id) -> (its verification guard, the remote coordinator's answer)
+        self.verified: dict[tuple[TopicPartition, int], tuple[VerificationGuard, ErrorCode]] = {}
         self._partitions: weakref.WeakKeyDictionary[Log, tuple[int, PartitionTransactions]] = \
             weakref.WeakKeyDictionary()
         self._tasks: set[asyncio.Task] = set()
@@ -237,11 +241,13 @@ class TxnNode:
                     pending.discard((topic, index))  # deleted since it joined the transaction
                 elif (leader := self.broker.partition_leader(topic, index)) is not None:
                     by_leader.setdefault(leader[0], []).append((topic, index))
-            for leader_id, partitions in sorted(by_leader.items()):
-                errors = await self._send_markers(leader_id, markers, partitions)
-                if {ErrorCode.TRANSACTION_COORDINATOR_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH} & set(errors.values()):
-                    return  # a newer coordinator or producer epoch owns these partitions now
-                pending -= {key for key, error in errors.items() if error == ErrorCode.NONE}
+            errors = {}
+            for answered in await asyncio.gather(*(self._send_markers(leader_id, markers, partitions)
+                                                   for leader_id, partitions in sorted(by_leader.items()))):
+                errors |= answered
+            if {ErrorCode.TRANSACTION_COORDINATOR_FENCED, ErrorCode.INVALID_PRODUCER_EPOCH} & set(errors.values()):
+                return  # a newer coordinator or producer epoch owns these partitions now
+            pending -= {key for key, error in errors.items() if error == ErrorCode.NONE}
             if pending:
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_MS / 1000)
         if self.loaded.get(state_partition) == markers.coordinator_epoch:
@@ -491,7 +497,8 @@ async def handle_init_producer_id_transactional(broker: Broker, request, context
     effects = node.coordinator.init_producer_id(
         request.transactional_id, request.transaction_timeout_ms, request.get("producer_id", NO_PRODUCER_ID),
         request.get("producer_epoch", NO_PRODUCER_EPOCH), context.now_ms)
-    error = await node.write(effects, context.now_ms) or effects.error  # a fenced transaction is aborted; the client retries
+    # A fenced open transaction is aborted first: CONCURRENT_TRANSACTIONS, and the client retries.
+    error = await node.write(effects, context.now_ms) or effects.error
     return _response(_fenced_before_v2(error, context.api_version), effects)
 
 
@@ -598,6 +605,11 @@ async def handle_end_txn(broker: Broker, request, context: RequestContext) -> di
     effects = node.coordinator.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
                                                request.committed, context.now_ms)
     error = await node.write(effects, context.now_ms) or effects.error
+    completing = [node.completing[markers] for markers in effects.markers if markers in node.completing]
+    if completing:
+        # The outcome is decided once the Prepare record is replicated; waiting for the markers
+        # as well spares the client's next transaction CONCURRENT_TRANSACTIONS and its back-off.
+        await asyncio.wait(completing, timeout=END_TXN_COMPLETION_WAIT_MS / 1000)
     return _response(_fenced_before_v2(error, context.api_version), effects)
 
 

@@ -36,6 +36,21 @@ def wait_until(condition, what: str, timeout_s: float = WAIT_S):
     raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
+def wait_healthy(cluster) -> None:
+    """Every node running, registered, and back in the ISR of every partition it replicates:
+    the state each test leaves for the next one in the module."""
+    for node_id, node in cluster.nodes.items():
+        if not node.running:
+            cluster.start_node(node_id)
+
+    def healthy() -> bool:
+        metadata = cluster.metadata()
+        return (metadata is not None and len(metadata.brokers) == len(cluster.nodes) and all(
+            p.leader >= 0 and sorted(p.isrs) == sorted(p.replicas)
+            for topic in metadata.topics.values() for p in topic.partitions.values()))
+    wait_until(healthy, "all nodes back in every ISR")
+
+
 def create_topic(cluster, prefix: str) -> str:
     name = f"{prefix}-{next(_names)}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
@@ -149,8 +164,11 @@ def test_confluent_copies_exactly_once_while_the_coordinator_is_killed(cluster):
         elif copied >= RECORDS // 2 and killed and not cluster.nodes[killed[0]].running:
             cluster.start_node(killed[0])
 
-    copy_with_confluent(cluster, source, sink, transactional_id, kill_then_restart_the_coordinator)
-    assert killed and cluster.nodes[killed[0]].running, "the coordinator was killed and restarted during the copy"
+    try:
+        copy_with_confluent(cluster, source, sink, transactional_id, kill_then_restart_the_coordinator)
+        assert killed and cluster.nodes[killed[0]].running, "the coordinator was killed and restarted during the copy"
+    finally:
+        wait_healthy(cluster)
     copy = read_committed(cluster, sink, len(values))
     assert sorted(copy) == sorted(values), "every input record exactly once in the copy (TXN-1)"
 
@@ -162,23 +180,35 @@ def test_confluent_copies_exactly_once_while_the_coordinator_is_killed(cluster):
 def test_kafka_python_copies_exactly_once_while_a_partition_leader_is_killed(cluster):
     source, sink = create_topic(cluster, "eos-in"), create_topic(cluster, "eos-out")
     values = fill(cluster, source)
+    victim = cluster.leader_of(sink, 0)
+    try:
+        copy_with_kafka_python(cluster, source, sink, victim)
+    finally:
+        wait_healthy(cluster)
+    copy = read_committed(cluster, sink, len(values))
+    assert sorted(copy) == sorted(values), "every input record exactly once in the copy (TXN-1)"
+
+
+def copy_with_kafka_python(cluster, source: str, sink: str, victim: int) -> None:
+    """The same loop with kafka-python; `victim` is killed a quarter of the way, restarted halfway."""
     group = "copier-kafka-python"
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group, enable_auto_commit=False,
                              isolation_level="read_committed", auto_offset_reset="earliest")
     assignment = [KafkaPythonTopicPartition(source, p) for p in range(PARTITIONS)]
     consumer.assign(assignment)
+    # commit_transaction waits for every send: bound each one (kafka-python's default is 120 s).
     producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, transactional_id="eos-kafka-python",
-                             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS)
+                             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, delivery_timeout_ms=WAIT_S * 1000 // 2,
+                             request_timeout_ms=10_000)
     producer.init_transactions()
-    victim, restarted = cluster.leader_of(sink, 0), False
-    copied = 0
+    copied, killed = 0, False
     deadline = time.monotonic() + 3 * WAIT_S
     while copied < RECORDS and time.monotonic() < deadline:
-        if copied >= RECORDS // 4 and cluster.nodes[victim].running and not restarted:
+        if copied >= RECORDS // 4 and not killed:
             cluster.kill(victim)
-        elif copied >= RECORDS // 2 and not restarted:
+            killed = True
+        elif copied >= RECORDS // 2 and not cluster.nodes[victim].running:
             cluster.start_node(victim)
-            restarted = True
         batch = [m for records in consumer.poll(500, max_records=RECORDS_PER_TRANSACTION).values() for m in records]
         if not batch:
             continue
@@ -192,14 +222,11 @@ def test_kafka_python_copies_exactly_once_while_a_partition_leader_is_killed(clu
             copied += len(batch)
         except KafkaPythonError:
             producer.abort_transaction()
-            committed = {tp: consumer.committed(tp) for tp in assignment}
-            for tp, offset in committed.items():
-                consumer.seek(tp, offset or 0)
+            for tp in assignment:  # rewind to the last committed transaction
+                consumer.seek(tp, consumer.committed(tp) or 0)
     consumer.close()
     producer.close()
-    assert restarted, "the leader was killed and restarted during the copy"
-    copy = read_committed(cluster, sink, len(values))
-    assert sorted(copy) == sorted(values), "every input record exactly once in the copy (TXN-1)"
+    assert killed and cluster.nodes[victim].running, "the leader was killed and restarted during the copy"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 confluent-kafka (librdkafka) and kafka-python transactional producers; read_committed
 consumers never see an aborted or open transaction's records, read_uncommitted ones do; a
 zombie producer is fenced; a consume-transform-produce loop copies a topic exactly once
-across producer restarts. The 3-node variants need a multi-process cluster helper.
+across producer restarts. The 3-node variants are in test_cluster_exactly_once.py.
 """
 from __future__ import annotations
 
@@ -154,7 +154,3 @@ def test_consume_transform_produce_copies_a_topic_exactly_once_across_producer_r
     copied = consume_all(broker.bootstrap, sink, "read_committed", expected_count=30)
     assert sorted(copied) == sorted(b"RECORD-%d" % i for i in range(30))
     assert len(consume_all(broker.bootstrap, sink, "read_uncommitted", expected_count=40)) == 40  # the aborted 10 too
-
-
-def test_three_node_cluster_variants():
-    pytest.skip("needs reference.process.ClusterProcess (a multi-process kspec cluster), not there yet")
