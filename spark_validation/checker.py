@@ -151,7 +151,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
         else:
-            cycle_list = cycles.find_cycles(edges, _op_table(parquet_path))
+            cycle_list = cycles.find_cycles(edges, lambda: _op_table(parquet_path))
             rows_found = cycles.cycle_rows(cycle_list, options)
             seconds[check] = round(time.monotonic() - t0 + worker_seconds[EDGES], 3)
         rows.extend(rows_found)

@@ -20,7 +20,7 @@ edge explained.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,17 +180,21 @@ class EdgeTables:
         return pa.concat_tables(kept) if kept else schema.empty_table()
 
 
-def find_cycles(edges: EdgeTables, ops: pa.Table) -> list[Cycle]:
+def find_cycles(edges: EdgeTables, load_ops: Callable[[], pa.Table]) -> list[Cycle]:
     """One cycle per strongly connected component and anomaly name.
 
-    ops: every client op's completion (index, type, invoke_time_ns, time_ns) in index order.
+    load_ops() gives every client op's completion (index, type, invoke_time_ns, time_ns) in
+    index order. The table is loaded here and dropped once the rt edges are built, so that
+    it is gone before the strongly connected components, the driver's peak of memory.
     """
+    ops = load_ops()
     op_index = ops.column("index").to_numpy()
     vertex_of = np.full(int(op_index[-1]) + 1 if len(op_index) else 0, -1, np.int32)  # op index -> position
     vertex_of[op_index] = np.arange(len(op_index), dtype=np.int32)
     dep_u, dep_v, _ = edges.graph(vertex_of)
     assert (dep_u >= 0).all() and (dep_v >= 0).all(), "an edge names an op the history lacks"
     rt_u, rt_v = realtime_edges(ops)
+    del ops  # op_index keeps the one column still needed
     component = _strong_components(len(op_index), np.concatenate([dep_u, rt_u]), np.concatenate([dep_v, rt_v]))
     # every cycle lies inside one component: the edges between components are never needed
     dependency = _in_order(edges.rows(component[dep_u] == component[dep_v]))
