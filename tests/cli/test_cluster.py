@@ -1,9 +1,16 @@
-"""`kspec cluster status`: brokers, controller quorum, partition health; `kspec cluster` alone prints help."""
+"""`kspec cluster status`: brokers, controller quorum, partition health; `kspec cluster` alone prints help;
+`kspec cluster --nodes N` prints node commands that stop and start its nodes."""
 from __future__ import annotations
 
+import shlex
+import signal
+import socket
+import subprocess
+
+import pytest
 from kafka.protocol.api_key import ApiKey
 
-from .helpers import kspec
+from .helpers import CLI_TIMEOUT_S, KSPEC, kspec
 
 
 def test_status_lists_every_broker_and_the_controller(target):
@@ -48,3 +55,29 @@ def test_cluster_without_a_subcommand_prints_help():
     assert run.returncode == 0
     assert run.stdout.startswith("Usage: kspec cluster")
     assert "status" in run.stdout
+
+
+def test_local_cluster_prints_node_commands_that_stop_and_start_a_node(tmp_path):
+    process = subprocess.Popen([*KSPEC, "cluster", "--nodes", "1", "--data-dir", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if "bootstrap=" in line:
+                break
+        control = next(line for line in lines if line.startswith("node control: "))
+        stop, start = (shlex.split(control)[i].replace("{node_id}", "1") for i in (3, 5))
+        bootstrap = lines[-1].split("bootstrap=", 1)[1].split()[0]
+        host, port = bootstrap.rsplit(":", 1)
+        subprocess.run(shlex.split(stop), check=True, timeout=CLI_TIMEOUT_S)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((host, int(port)), timeout=5).close()
+        subprocess.run(shlex.split(start), check=True, timeout=CLI_TIMEOUT_S)
+        run = kspec("topics", "list", "-b", bootstrap)
+        assert run.returncode == 0, run.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(CLI_TIMEOUT_S) == 0
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=5).close()
