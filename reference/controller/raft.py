@@ -97,6 +97,15 @@ class FetchResponse:
 
 
 @dataclass(frozen=True)
+class VoterState:
+    """What the leader knows of one voter, as DescribeQuorum reports it (KIP-595, KIP-836)."""
+    replica_id: int
+    log_end_offset: int  # -1: no fetch from it in this epoch yet
+    last_fetch_ms: int  # -1: never
+    last_caught_up_ms: int  # the last fetch that asked for the leader's end offset; -1: never
+
+
+@dataclass(frozen=True)
 class RaftConfig:
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
@@ -124,6 +133,7 @@ class RaftNode:
     _fetch_sent_ms: int = -1
     _voter_end_offsets: dict[int, int] = field(default_factory=dict)
     _voter_last_fetch_ms: dict[int, int] = field(default_factory=dict)
+    _voter_caught_up_ms: dict[int, int] = field(default_factory=dict)
     _last_leader_contact_ms: int = -1
     _epoch_start_offset: int = 0
 
@@ -253,6 +263,7 @@ class RaftNode:
         self._epoch_start_offset = self.log_end_offset
         self._voter_end_offsets = {voter: -1 for voter in self.voters if voter != self.node_id}
         self._voter_last_fetch_ms = {voter: now_ms for voter in self.voters if voter != self.node_id}
+        self._voter_caught_up_ms = {}
         self._append([Entry(self.epoch, LEADER_CHANGE)])  # commits the earlier epochs' entries (§5.4.2)
         for voter in self.voters:
             if voter != self.node_id:
@@ -353,6 +364,8 @@ class RaftNode:
             return
         self._voter_last_fetch_ms[request.replica_id] = now_ms
         self._voter_end_offsets[request.replica_id] = request.fetch_offset
+        if request.fetch_offset >= self.log_end_offset:
+            self._voter_caught_up_ms[request.replica_id] = now_ms
         self._maybe_advance_high_watermark()
         start = request.fetch_offset - self.log_start_offset
         reply(entries=tuple(self.log[start:start + FETCH_ENTRIES_MAX]))
@@ -377,6 +390,19 @@ class RaftNode:
             return
         self._append(response.entries)
         self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log_end_offset))
+
+    def voter_states(self, now_ms: int) -> list[VoterState]:
+        """The leader's view of every voter, itself included; lag is its end offset minus theirs."""
+        assert self.role is RaftRole.LEADER, self.role
+        states = []
+        for voter in self.voters:
+            if voter == self.node_id:
+                states.append(VoterState(voter, self.log_end_offset, now_ms, now_ms))
+                continue
+            end_offset = self._voter_end_offsets.get(voter, -1)
+            states.append(VoterState(voter, end_offset, self._voter_last_fetch_ms[voter] if end_offset >= 0 else -1,
+                                     self._voter_caught_up_ms.get(voter, -1)))
+        return states
 
     def _maybe_advance_high_watermark(self) -> None:
         offsets = sorted([self.log_end_offset, *self._voter_end_offsets.values()], reverse=True)

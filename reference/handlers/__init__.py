@@ -31,6 +31,7 @@ from reference.handlers.leader_epoch_offsets import handle_offset_for_leader_epo
 from reference.handlers.metadata import handle_describe_cluster, handle_metadata
 from reference.handlers.offsets import handle_delete_records, handle_list_offsets
 from reference.handlers.produce import handle_produce
+from reference.handlers.quorum import handle_describe_quorum
 from reference.handlers.producer_ids import handle_init_producer_id
 from reference.handlers.transactions import (
     handle_add_offsets_to_txn,
@@ -43,7 +44,7 @@ from reference.handlers.transactions import (
 )
 from reference.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
+from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 
 HANDLERS = {
     ApiKey.PRODUCE: handle_produce,
@@ -80,5 +81,6 @@ HANDLERS = {
     ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
     ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
+    ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,  # cluster nodes only: one node has no quorum
 }
-assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS)
+assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS) | set(CLUSTER_ONLY_API_VERSIONS)

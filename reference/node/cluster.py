@@ -31,6 +31,7 @@ from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerStat
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode, parse_voters
+from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.replication import (
     AlterPartitionRequest,
@@ -90,6 +91,10 @@ class ClusterBroker(Broker):
         return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     # ------------------------------------------------------------ the controller quorum
+
+    def api_versions(self) -> dict:
+        """A single node's table plus what only a quorum member serves (DescribeQuorum)."""
+        return {**SUPPORTED_API_VERSIONS, **CLUSTER_ONLY_API_VERSIONS}
 
     @property
     def controller_id(self) -> int:

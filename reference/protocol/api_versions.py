@@ -52,6 +52,11 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
+# Served by cluster nodes only (ClusterBroker.api_versions): a single node has no controller quorum.
+CLUSTER_ONLY_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.DESCRIBE_QUORUM: (0, 2),
+}
+
 # Versions inside an advertised range that the broker still refuses (see PRODUCE above).
 REFUSED_VERSIONS: dict[ApiKey, range] = {ApiKey.PRODUCE: range(0, 3)}
 

@@ -52,7 +52,7 @@ FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active c
 FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId field
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
-                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID}
+                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM}
 
 
 class PeerConnection:

@@ -33,14 +33,27 @@ def test_status_lists_every_broker_and_the_controller(target):
 
 
 def test_status_reports_the_quorum_or_says_it_is_not_offered(target):
+    """A reference cluster's nodes serve DescribeQuorum (forwarded to the Raft leader); one node has no quorum."""
+    assert target.offers(ApiKey.DescribeQuorum) == (target.node_count > 1)
     run = kspec("cluster", "status", "-b", target.bootstrap)
     assert run.returncode == 0, run.stderr
-    quorum_line = next(line for line in run.stdout.splitlines() if line.startswith("Controller quorum:"))
+    lines = run.stdout.splitlines()
+    quorum_at = next(i for i, line in enumerate(lines) if line.startswith("Controller quorum:"))
     if target.offers(ApiKey.DescribeQuorum):
-        assert quorum_line.startswith("Controller quorum: leader ")
-        assert "NODE" in run.stdout and "LAG" in run.stdout
+        admin = target.admin()
+        try:
+            controller_id = admin.describe_cluster()["controller_id"]
+        finally:
+            admin.close()
+        assert lines[quorum_at].startswith(f"Controller quorum: leader {controller_id} ")
+        header = lines[quorum_at + 1].split()
+        assert header[:4] == ["NODE", "ROLE", "LOG-END-OFFSET", "LAG"]
+        voters = {row.split()[0]: row.split() for row in lines[quorum_at + 3:quorum_at + 3 + target.node_count]}
+        assert set(voters) == {str(node) for node in range(1, target.node_count + 1)}
+        assert voters[str(controller_id)][1] == "leader" and voters[str(controller_id)][3] == "0"
+        assert all(int(row[3]) >= 0 for row in voters.values())
     else:
-        assert quorum_line == "Controller quorum: not offered by this broker (DescribeQuorum is not in its ApiVersions)."
+        assert lines[quorum_at] == "Controller quorum: not offered by this broker (DescribeQuorum is not in its ApiVersions)."
 
 
 def test_status_reports_healthy_partitions(target, topic):
