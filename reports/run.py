@@ -184,9 +184,10 @@ def _informational(verdict: dict) -> list[tuple[str, str]]:
     if "consume-counts" in verdict:
         counts = verdict["consume-counts"]
         read_more_than_once = sum(len(values) for values in counts["dup-counts"].values())
-        rows.append(("consume counts (subscribed)", ", ".join(f"{n} read {c}x" for c, n in
-                                                             counts["distribution"].items()) or "no subscribed reads")
-                     + (f"; {read_more_than_once} value(s) read more than once" if read_more_than_once else ""))
+        text = ", ".join(f"{n} read {c}x" for c, n in counts["distribution"].items()) or "no subscribed reads"
+        if read_more_than_once:
+            text += f"; {read_more_than_once} value(s) read more than once"
+        rows.append(("consume counts (subscribed)", text))
     return rows
 
 

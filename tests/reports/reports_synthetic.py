@@ -130,7 +130,10 @@ def _write_check(out: Path, ops: list[Op], first_poll: int, reread_poll: int) ->
     (out / "verdict.json").write_text(json.dumps({
         "valid": False, "ops": sum(op.type != "invoke" for op in ops), "checks": ["poll-order", "cycles"],
         "anomalies": {"nonmonotonic-poll": 1, "G0": 1}, "violations": {"nonmonotonic-poll": 1},
-        "guarantees": dict(sorted(guarantees.items())), "seconds": {"total": 12.5}}))
+        "guarantees": dict(sorted(guarantees.items())), "seconds": {"total": 12.5},
+        "realtime-lag": {"worst": {"time_s": 2.5, "lag_s": 0.75, "process": 1, "topic": "t0", "partition": 0},
+                         "points": 40},
+        "consume-counts": {"distribution": {"1": 12, "2": 1}, "dup-counts": {"t0-0": {"7": 2}}}}))
 
 
 def _write_conformance(out: Path) -> None:

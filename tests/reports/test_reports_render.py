@@ -68,6 +68,9 @@ def test_the_report_leads_with_the_verdict_by_guarantee_id(synthetic_run):
     assert page.row_starting("DUR-1").endswith("held 0")
     assert "not checked" in page.row_starting("GRP-1")
     assert {"guarantees", "plots", "anomalies", "faults", "files", "nonmonotonic-poll", "G0"} <= page.ids
+    assert page.row_starting("worst realtime lag") == "worst realtime lag 0.750 s (t0-0, process 1, at 2.5 s)"
+    assert page.row_starting("consume counts") == ("consume counts (subscribed) 12 read 1x, 1 read 2x; "
+                                                   "1 value(s) read more than once")
 
 
 def test_each_anomaly_comes_with_the_operations_that_prove_it(synthetic_run):
