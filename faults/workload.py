@@ -54,6 +54,7 @@ LATE_START_S_MAX = 1.0        # a process this far behind its pace skips ahead i
 TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
 SENDS_IN_FLIGHT_MAX = 512     # a worker's pipelined sends; at the limit it waits for delivery reports
 SERVE_WAIT_S_MAX = 0.1        # the longest a worker waits for delivery reports before looking again
+CLOSE_TIMEOUT_S = 10.0        # the longest the run waits for its clients to close
 
 
 def encode_long(n: int) -> bytes:
@@ -343,6 +344,19 @@ class Client:
         return "ok"
 
 
+def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+    """Close clients side by side, waiting at most timeout_s: after faults, librdkafka's close
+    sometimes never returns (confluent-kafka-python issue 1667), and a run must still end.
+    A client that has not closed by then is left to its daemon thread."""
+    closing = [threading.Thread(target=client.close, name=f"close-{client.process}", daemon=True)
+               for client in clients]
+    for thread in closing:
+        thread.start()
+    deadline_s = time.monotonic() + timeout_s
+    for thread in closing:
+        thread.join(max(0.0, deadline_s - time.monotonic()))
+
+
 def _is_fatal(error) -> bool:
     kafka_error = error.args[0] if isinstance(error, Exception) and error.args else None
     return bool(getattr(kafka_error, "fatal", lambda: False)())
@@ -412,8 +426,7 @@ class Workload:
         """Close the workers' clients. Call it after the final heal: a consumer closing while a node
         is paused or cut off waits for its requests to that node to time out (socket.timeout.ms)."""
         assert all(not thread.is_alive() for thread in self.threads), "stop() first"
-        for client in self.stopped_clients:
-            client.close()
+        close_all(self.stopped_clients)
         self.stopped_clients.clear()
         self.stopped_senders.clear()
 
@@ -518,4 +531,4 @@ class Workload:
                     return True
             return False
         finally:
-            client.close()
+            close_all([client])
