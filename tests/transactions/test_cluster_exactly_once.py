@@ -16,7 +16,10 @@ from kafka import TopicPartition as KafkaPythonTopicPartition
 from kafka.errors import KafkaError as KafkaPythonError
 from kafka.structs import OffsetAndMetadata
 
+from conformance.wire import WireClient
 from reference.config import BrokerConfig
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
 from reference.transaction.records import TRANSACTION_STATE_TOPIC, partition_for
 
 PARTITIONS = 3
@@ -272,3 +275,27 @@ def test_a_fenced_zombie_gets_nothing_visible(cluster):
     assert fenced.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                            KafkaError.INVALID_PRODUCER_EPOCH), fenced.value
     assert read_committed(cluster, topic, 1) == [b"successor"], "nothing the zombie sent is visible"
+
+
+def test_a_leader_refuses_markers_from_a_replaced_coordinator(cluster):
+    """WriteTxnMarkers straight to a partition's leader: once a marker from coordinator epoch 7
+    is written, one from epoch 6 (a coordinator since replaced) is TRANSACTION_COORDINATOR_FENCED;
+    a node that does not lead the partition answers NOT_LEADER_OR_FOLLOWER."""
+    topic = create_topic(cluster, "markers")
+    leader = cluster.leader_of(topic, 0)
+    producer_id = 1 << 40  # no producer has it: only these markers are written for it
+
+    def write_marker(node_id: int, coordinator_epoch: int) -> ErrorCode:
+        with WireClient(cluster.addresses[node_id]) as wire:
+            response = wire.request(ApiKey.WRITE_TXN_MARKERS, 1, {"markers": [{
+                "producer_id": producer_id, "producer_epoch": 0, "transaction_result": False,
+                "coordinator_epoch": coordinator_epoch, "topics": [{"name": topic, "partition_indexes": [0]}]}]})
+        (marker,) = response.markers
+        (topic_result,) = marker.topics
+        (partition,) = topic_result.partitions
+        return ErrorCode(partition.error_code)
+
+    assert write_marker(leader, 7) == ErrorCode.NONE
+    assert write_marker(leader, 6) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    follower = next(node_id for node_id in cluster.nodes if node_id != leader)
+    assert write_marker(follower, 8) == ErrorCode.NOT_LEADER_OR_FOLLOWER
