@@ -154,7 +154,7 @@ class GroupNode:
                 info = self.broker.append(topic_partition, build_batch(records), now_ms, acks=ACKS_ALL)
                 required.append((topic_partition, info.last_offset + 1))
             except KafkaError as e:
-                error = _coordinator_error(e.code)
+                error = coordinator_error(e.code)
         if self.broker.acks_purgatory is None or not required or error != ErrorCode.NONE:
             self._reply(effects, error)
             return None
@@ -169,7 +169,7 @@ class GroupNode:
             status = await self.broker.acks_purgatory.wait_for_replication(
                 self.broker, topic_partition, offset, OFFSETS_COMMIT_TIMEOUT_MS)
             if status != ErrorCode.NONE:
-                error = _coordinator_error(status)
+                error = coordinator_error(status)
         self._reply(effects, error)
         return error
 
@@ -180,8 +180,9 @@ class GroupNode:
                 future.set_result(response if error == ErrorCode.NONE else {**response, "error_code": error})
 
 
-def _coordinator_error(code: ErrorCode) -> ErrorCode:
-    """A failed write to __consumer_offsets as the client sees it (Kafka's GroupCoordinator mapping)."""
+def coordinator_error(code: ErrorCode) -> ErrorCode:
+    """A failed write to a coordinator topic (__consumer_offsets, __transaction_state) as the client sees it
+    (Kafka's GroupCoordinator mapping)."""
     if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
         return ErrorCode.NOT_COORDINATOR
     if code in (ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -372,7 +373,7 @@ def handle_offset_commit(broker: Broker, request, context: RequestContext) -> di
         for partition in topic.partitions:
             commit = OffsetCommit(topic.name, partition.partition_index, partition.committed_offset,
                                   partition.get("committed_leader_epoch", -1), partition.committed_metadata)
-            known = _partition_exists(broker, topic.name, partition.partition_index)
+            known = partition_exists(broker, topic.name, partition.partition_index)
             (commits if known else unknown).append(commit)
     generation_id = request.get("generation_id_or_member_epoch", -1)
     errors, effects = node.coordinator.commit_offsets(
@@ -397,7 +398,7 @@ def _fail_partitions(response: dict, error: ErrorCode) -> None:
                 partition["error_code"] = error
 
 
-def _partition_exists(broker: Broker, topic: str, partition: int) -> bool:
+def partition_exists(broker: Broker, topic: str, partition: int) -> bool:
     image = broker.image.topics_by_name.get(topic)
     return image is not None and 0 <= partition < image.partition_count
 

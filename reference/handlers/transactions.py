@@ -44,7 +44,7 @@ from reference.coordinator.records import (
 )
 from reference.coordinator.records import partition_for as offsets_partition_for
 from reference.handlers.context import RequestContext
-from reference.handlers.groups import _coordinator_error, _partition_exists, group_node
+from reference.handlers.groups import coordinator_error, partition_exists, group_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -194,9 +194,9 @@ class TxnNode:
                     info = self.broker.append(topic_partition, build_batch(records), now_ms, acks=ACKS_ALL)
                     required.append((topic_partition, info.last_offset + 1))
                 except KafkaError as e:
-                    error = _coordinator_error(e.code)
+                    error = coordinator_error(e.code)
             if error == ErrorCode.NONE:
-                error = _coordinator_error(await self.replicated(required, STATE_WRITE_TIMEOUT_MS))
+                error = coordinator_error(await self.replicated(required, STATE_WRITE_TIMEOUT_MS))
             if error != ErrorCode.NONE:
                 for partition in by_partition:
                     if partition in self.loaded:
@@ -237,7 +237,7 @@ class TxnNode:
         while pending and self.loaded.get(state_partition) == markers.coordinator_epoch:
             by_leader: dict[int, list[tuple[str, int]]] = {}
             for topic, index in sorted(pending):
-                if not _partition_exists(self.broker, topic, index):
+                if not partition_exists(self.broker, topic, index):
                     pending.discard((topic, index))  # deleted since it joined the transaction
                 elif (leader := self.broker.partition_leader(topic, index)) is not None:
                     by_leader.setdefault(leader[0], []).append((topic, index))
@@ -531,7 +531,7 @@ async def _add_partitions(node: TxnNode, broker: Broker, transactional_id: str, 
                           now_ms: int) -> dict[tuple[str, int], ErrorCode]:
     if error := node.serve(transactional_id, now_ms):
         return {key: error for key in wanted}
-    unknown = [key for key in wanted if not _partition_exists(broker, *key)]
+    unknown = [key for key in wanted if not partition_exists(broker, *key)]
     if unknown:  # all or nothing: the others are not attempted
         return {key: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if key in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
                 for key in wanted}
@@ -590,7 +590,7 @@ async def handle_txn_offset_commit(broker: Broker, request, context: RequestCont
             error = await node.replicated([(offsets_partition, info.last_offset + 1)], STATE_WRITE_TIMEOUT_MS)
         except KafkaError as e:
             error = e.code
-        error = _coordinator_error(error)
+        error = coordinator_error(error)
     error = _fenced_before_v2(error, context.api_version)
     return {"throttle_time_ms": 0, "topics": [
         {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": error}
