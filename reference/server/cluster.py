@@ -36,7 +36,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
-from reference.server.purgatory import AcksPurgatory
+from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
 
 log = logging.getLogger("kspec.cluster")
@@ -96,7 +96,11 @@ class ClusterServer(BrokerServer):
 
     def __init__(self, broker: ClusterBroker) -> None:
         super().__init__(broker)
-        self.acks = AcksPurgatory()
+        # Both purgatories deliver the broker's pending wake-ups before anything waits, so an
+        # append wakes the follower fetches parked on it and a follower fetch that moved the
+        # high watermark answers the acks=all produces it settles, each in the same turn.
+        self.purgatory = FetchPurgatory(self._notify)
+        self.acks = AcksPurgatory(self._notify)
         broker.acks_purgatory = self.acks
         broker.send_request = self._send_request
         client_id = f"kspec-node-{broker.config.node_id}"

@@ -1,25 +1,33 @@
 """Purgatories, keyed by partition. FetchPurgatory: long-polling fetches wait here until an
 append lands on a partition they read, or their max_wait_ms runs out (Kafka's DelayedFetch).
 AcksPurgatory: acks=all produces wait until their partition's replica settles them (Kafka's
-DelayedProduce), re-checked whenever the partition's high watermark, ISR or role changes."""
+DelayedProduce), re-checked whenever the partition's high watermark, ISR or role changes.
+
+`before_wait` is the shell's way to deliver the broker's pending wake-ups before anything
+waits: an acks=all produce has just appended, and waits on followers whose fetches are
+parked here; a follower's fetch has just moved the high watermark, and then waits for more
+data while the produce it settles is parked in the AcksPurgatory. Delivered only later (on
+a timer), each replication round trip would cost a timer period."""
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from reference.node.broker import TopicPartition
 from reference.protocol.errors import ErrorCode
 
 
 class FetchPurgatory:
-    def __init__(self) -> None:
+    def __init__(self, before_wait: Callable[[], None] = lambda: None) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        self._before_wait = before_wait
 
     async def wait(self, partitions: Iterable[TopicPartition], timeout_s: float) -> None:
         """Return when any of `partitions` had an append, or after `timeout_s`."""
         partitions = list(partitions)
+        self._before_wait()
         woken = asyncio.get_running_loop().create_future()
         for partition in partitions:
             self._waiters[partition].add(woken)
@@ -44,8 +52,8 @@ class FetchPurgatory:
 
 
 class AcksPurgatory:
-    def __init__(self) -> None:
-        self._changes = FetchPurgatory()
+    def __init__(self, before_wait: Callable[[], None] = lambda: None) -> None:
+        self._changes = FetchPurgatory(before_wait)
 
     async def wait_for_replication(self, broker, topic_partition: TopicPartition, required_offset: int,
                                    timeout_ms: int) -> ErrorCode:
