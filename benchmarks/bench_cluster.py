@@ -70,6 +70,16 @@ def producer(bootstrap: str, acks: str, **config) -> Producer:
                      "log_level": 0, **config})
 
 
+def produce(client: Producer, topic: str, value: bytes, partition: int, on_delivery) -> None:
+    """produce(), serving delivery reports while librdkafka's queue is full (BufferError)."""
+    while True:
+        try:
+            client.produce(topic, value, partition=partition, on_delivery=on_delivery)
+            return
+        except BufferError:
+            client.poll(0.01)
+
+
 def throughput_mb_s(bootstrap: str, topic: str, acks: str, total_bytes: int) -> float:
     """MB/s for sending total_bytes of 1 KiB records over every partition, until all are acked."""
     client = producer(bootstrap, acks)
@@ -77,13 +87,7 @@ def throughput_mb_s(bootstrap: str, topic: str, acks: str, total_bytes: int) -> 
     failed = []
     started = time.perf_counter()
     for i in range(total_bytes // RECORD_BYTES):
-        while True:
-            try:
-                client.produce(topic, value, partition=i % PARTITIONS,
-                               on_delivery=lambda error, _: error is not None and failed.append(error))
-                break
-            except BufferError:
-                client.poll(0.01)
+        produce(client, topic, value, i % PARTITIONS, lambda error, _: error is not None and failed.append(error))
     if client.flush(WAIT_S * 5) or failed:
         raise RuntimeError(f"{topic}: not every record was acked ({failed[:1]})")
     return total_bytes / (time.perf_counter() - started) / 1e6
@@ -110,7 +114,7 @@ def latencies_ms(bootstrap: str, topic: str, records_per_s: float, seconds: floa
         due_s = started + i / records_per_s
         while (left_s := due_s - time.perf_counter()) > 0:
             client.poll(min(left_s, 0.001))
-        client.produce(topic, value, partition=i % PARTITIONS, on_delivery=timed(time.perf_counter()))
+        produce(client, topic, value, i % PARTITIONS, timed(time.perf_counter()))
         client.poll(0)
     client.flush(WAIT_S)
     if failed or len(measured) != count:

@@ -81,6 +81,7 @@ class Log:
         self.segments: list[LogSegment] = []
         self.producer_state = ProducerStateManager()
         self._unflushed_records = 0
+        self._changed_since_flush = False  # appended or truncated: the next flush has work to do
         self._last_flush_ms = now_ms
         os.makedirs(dir_path, exist_ok=True)
         self._load(now_ms)
@@ -203,6 +204,7 @@ class Log:
         self.active_segment.append(appended)
         self.producer_state.update(appended)
         self._unflushed_records += appended.records_count
+        self._changed_since_flush = True
         if (self._unflushed_records >= self.config.flush_messages
                 or now_ms - self._last_flush_ms >= self.config.flush_ms):
             self.flush(now_ms)
@@ -247,6 +249,7 @@ class Log:
             if batch.producer_id >= 0:
                 self.producer_state.update(batch)
             self._unflushed_records += batch.records_count
+        self._changed_since_flush = True
         if self._unflushed_records >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms:
             self.flush(now_ms)
         return LogAppendInfo(first_offset, self.log_end_offset - 1, -1, self._log_start_offset,
@@ -301,7 +304,7 @@ class Log:
                 continue
             start, first = found
             end = start
-            for position, batch in segment.batches_from(start):
+            for position, batch in segment.batches_from(start, headers_only=True):
                 if batch.last_offset >= limit:
                     break
                 if position + batch.size_bytes - start > max_bytes and not (min_one_batch and position == start):
@@ -418,6 +421,7 @@ class Log:
             segment.delete_files()
         del self.segments[keep + 1:]
         self.active_segment.truncate_to(offset)
+        self._changed_since_flush = True
         if self.log_end_offset < self._log_start_offset:
             # the batch holding `offset` began below the log start: nothing readable is left.
             self.truncate_fully_and_start_at(self._log_start_offset)
@@ -441,13 +445,17 @@ class Log:
                                            created_ms=created_ms)]
         self._log_start_offset = offset
         self._write_atomically(LOG_START_OFFSET_FILE, str(offset).encode())
+        self._changed_since_flush = True
         self._load_producer_state()
 
     # ------------------------------------------------------------ lifecycle
 
     def flush(self, now_ms: int) -> None:
-        """fsync the active segment and its indexes."""
-        self.active_segment.flush(fsync=True)
+        """fsync the active segment and its indexes, unless nothing was appended or truncated
+        since the last flush (a Raft node persists before every send, mostly with nothing new)."""
+        if self._changed_since_flush:
+            self.active_segment.flush(fsync=True)
+            self._changed_since_flush = False
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
 

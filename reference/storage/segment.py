@@ -11,11 +11,12 @@ import os
 from typing import Iterator
 
 from reference.protocol.records import (
-    LOG_OVERHEAD, NO_TIMESTAMP, LegacyRecordBatch, RecordBatch, iter_batches,
+    LOG_OVERHEAD, MAGIC_OFFSET, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, LegacyRecordBatch, RecordBatch, iter_batches,
 )
 from reference.storage.index import OffsetIndex, TimeIndex
 
 BATCH_PREFIX_BYTES = LOG_OVERHEAD + 5  # up to the magic byte: enough to size any batch
+CURRENT_MAGIC = 2
 RELATIVE_OFFSET_MAX = (1 << 31) - 1  # index entries hold offsets relative to the base as int32
 
 Batch = RecordBatch | LegacyRecordBatch
@@ -73,10 +74,10 @@ class LogSegment:
             self.max_timestamp, self.offset_of_max_timestamp = last_entry
         _, last_indexed_position = self.offset_index.lookup(self.base_offset + RELATIVE_OFFSET_MAX)
         self.next_offset = self.base_offset
-        for _, batch in self.batches_from(last_indexed_position):
+        for _, batch in self.batches_from(last_indexed_position, headers_only=True):
             self.next_offset = batch.next_offset
         self.bytes_since_last_index_entry = self.size_bytes - last_indexed_position
-        first = next(self.batches_from(0), None)
+        first = next(self.batches_from(0, headers_only=True), None)
         self.first_batch_timestamp = first[1].max_timestamp if first else NO_TIMESTAMP
         return True
 
@@ -150,28 +151,37 @@ class LogSegment:
         assert len(data) == size, (len(data), size)
         return data
 
-    def batches_from(self, position: int) -> Iterator[tuple[int, Batch]]:
-        """(position, batch) for each whole batch from `position` to the end of the file."""
+    def batches_from(self, position: int, *, headers_only: bool = False) -> Iterator[tuple[int, Batch]]:
+        """(position, batch) for each whole batch from `position` to the end of the file.
+        With `headers_only`, a v2 batch is a view over its 61-byte header alone (offsets, size,
+        timestamps, producer fields; no CRC check, no records): what finding and slicing
+        batches needs, without reading a 1 MB batch to learn where it ends. Legacy messages
+        are small and always read whole."""
         fd = os.open(self.log_path, os.O_RDONLY)
         try:
             end = os.fstat(fd).st_size
             while end - position >= BATCH_PREFIX_BYTES:
-                prefix = os.pread(fd, BATCH_PREFIX_BYTES, position)
-                length = int.from_bytes(prefix[8:12], "big", signed=True)
-                if length < 0 or position + LOG_OVERHEAD + length > end:
+                header = os.pread(fd, RECORD_BATCH_OVERHEAD, position)
+                length = int.from_bytes(header[8:12], "big", signed=True)
+                size_bytes = LOG_OVERHEAD + length
+                if length < 0 or position + size_bytes > end:
                     return
-                batch = next(iter_batches(os.pread(fd, LOG_OVERHEAD + length, position)), None)
+                if headers_only and header[MAGIC_OFFSET] == CURRENT_MAGIC and size_bytes >= RECORD_BATCH_OVERHEAD:
+                    batch = RecordBatch(header)
+                else:
+                    whole = header if size_bytes <= len(header) else os.pread(fd, size_bytes, position)
+                    batch = next(iter_batches(whole[:size_bytes]), None)
                 if batch is None:
                     return
                 yield position, batch
-                position += batch.size_bytes
+                position += size_bytes
         finally:
             os.close(fd)
 
     def find_batch(self, offset: int) -> tuple[int, Batch] | None:
-        """(position, batch) of the first batch whose last offset is >= `offset`."""
+        """(position, header) of the first batch whose last offset is >= `offset`."""
         _, position = self.offset_index.lookup(offset)
-        for position, batch in self.batches_from(position):
+        for position, batch in self.batches_from(position, headers_only=True):
             if batch.last_offset >= offset:
                 return position, batch
         return None
