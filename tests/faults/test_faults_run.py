@@ -130,8 +130,6 @@ def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_r
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.xfail(strict=False, reason="known liveness gap (issue 4/7): after some fault schedules the 3-node "
-                   "cluster's final reads do not reach every high watermark within 30 s")
 def test_a_three_node_cluster_run_with_partitions_leader_kills_and_pauses_heals_and_leaves_nothing(
         namespaces_available, tmp_path):
     """Issue 7's acceptance run: 60 s under faults at 200+ ops/s. Measured with these settings at
