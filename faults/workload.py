@@ -134,8 +134,8 @@ class Sender:
     def send(self, records: list[Record]) -> None:
         """Invoke one send op and hand its records over; it completes in a later serve or close."""
         from confluent_kafka import KafkaException
-        while len(self.in_flight) >= SENDS_IN_FLIGHT_MAX:  # bounded: every record times out by message.timeout.ms
-            self.producer.poll(SERVE_WAIT_S_MAX)
+        while len(self.in_flight) >= SENDS_IN_FLIGHT_MAX and not self.fatal:  # bounded: records time out
+            self.serve(SERVE_WAIT_S_MAX)
         process = self.idle_processes.pop() if self.idle_processes else next(self.process_ids)
         invocation = self.recorder.invoke(process, "send", mops=[Send(r) for r in records])
         self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records))
@@ -150,14 +150,25 @@ class Sender:
                 break
 
     def serve(self, timeout_s: float = 0.0) -> None:
-        """Run delivery callbacks (completing sends), waiting up to timeout_s for one."""
-        self.producer.poll(timeout_s)
+        """Run delivery callbacks (completing sends), waiting up to timeout_s for one. A fatal
+        error librdkafka raises here (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER) marks the producer
+        fatal; the worker then replaces it, and close() completes its sends."""
+        from confluent_kafka import KafkaException
+        try:
+            self.producer.poll(timeout_s)
+        except KafkaException as e:
+            if not _is_fatal(e):
+                raise
+            self.fatal = True
 
     def close(self, timeout_s: float) -> None:
         """Wait up to timeout_s for every send in flight; those still unknown then complete as info."""
-        self.producer.flush(timeout_s)
-        self.producer.purge()
-        self.producer.flush(0)
+        from confluent_kafka import KafkaException
+        for step in (lambda: self.producer.flush(timeout_s), self.producer.purge, lambda: self.producer.flush(0)):
+            try:
+                step()
+            except KafkaException as e:  # a fatal producer raises; its sends complete below
+                self.fatal |= _is_fatal(e)
         for process, send in list(self.in_flight.items()):
             for index, outcome in enumerate(send.outcomes):
                 if outcome is None:
@@ -207,6 +218,10 @@ class Client:
             "transactional.id": f"kspec-faults-{process}",
             "transaction.timeout.ms": int(options.send_timeout_s * 1000)})) if options.txn else None
         self.transactions_initialised = False
+        # Per assigned partition, where the next read starts: the offset assign() or a rewind set, or
+        # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
+        # a partition has returned a record, so it cannot tell a kept partition's place.
+        self.positions: dict[tuple[str, int], int] = {}
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "isolation.level": options.isolation_level,
@@ -306,6 +321,7 @@ class Client:
         for (topic, partition), offset in first.items():
             try:
                 self.consumer.seek(TopicPartition(topic, partition, offset))
+                self.positions[(topic, partition)] = offset
             except KafkaException:  # no longer assigned: nothing to rewind
                 pass
 
@@ -315,6 +331,8 @@ class Client:
         messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
         records = [Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()), m.offset())
                    for m in messages if not m.error()]
+        for r in records:
+            self.positions[(r.topic, r.partition)] = r.offset + 1
         records.sort(key=lambda r: key_of(r.topic, r.partition))
         return Poll(tuple(records)), [str(m.error()) for m in messages if m.error()]
 
@@ -335,11 +353,9 @@ class Client:
         assignment = [topic_partition(k) for k in sorted(keys)]
         invocation = recorder.invoke(self.process, "assign", assignment=assignment,
                                      extra={"seek-to-beginning": True} if from_beginning else None)
-        positions = {(tp.topic, tp.partition): tp.offset
-                     for tp in self.consumer.position(self.consumer.assignment()) if tp.offset >= 0}
         default = OFFSET_BEGINNING if from_beginning else OFFSET_STORED
-        self.consumer.assign([TopicPartition(t, p, default if from_beginning else positions.get((t, p), default))
-                              for t, p in assignment])
+        self.positions = {tp: default if from_beginning else self.positions.get(tp, default) for tp in assignment}
+        self.consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in self.positions.items()])
         recorder.complete(invocation, "ok")
         return "ok"
 

@@ -1,6 +1,8 @@
-"""Pipelined sends (faults.workload.Sender) against a real broker: a send waiting on a paused
-broker holds up no other send, every send in flight is its own process, and every send
-invoked completes: ok with its offset, or info once message.timeout.ms has passed."""
+"""The workload's clients against a real broker. Pipelined sends (faults.workload.Sender): a
+send waiting on a paused broker holds up no other send, every send in flight is its own
+process, and every send invoked completes: ok with its offset, or info once
+message.timeout.ms has passed. Assign (faults.workload.Client): a partition kept resumes
+where the process last read, also when nothing was read since the last assign."""
 from __future__ import annotations
 
 import os
@@ -11,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from faults.recorder import Recorder
-from faults.workload import Sender, Workload, WorkloadOptions
+from faults.workload import Client, Sender, Workload, WorkloadOptions
 from faults_helpers import wait_until
 from reference.process import BrokerProcess
-from spec.history import Record, ops_from_table, read_history
+from spec.history import Poll, Record, ops_from_table, read_history
 
 OPTIONS = WorkloadOptions(key_count=2, send_timeout_s=3.0)
 SENDS = 200
@@ -89,3 +91,33 @@ def test_sends_to_a_paused_broker_return_at_once_and_complete_as_info_on_retired
     assert {op.type for op in completions} == {"info"}
     assert len({op.process for op in completions}) == len(sends), "a process whose op is info is retired"
     assert sender.idle_processes == []
+
+
+def test_a_reassign_keeping_a_partition_resumes_where_the_process_last_read(broker, tmp_path):
+    from confluent_kafka import TopicPartition
+    recorder = Recorder(tmp_path)
+    sender = Sender(broker.bootstrap, OPTIONS, recorder, iter(range(1_000_000)))
+    for n in range(SENDS // 4):
+        sender.send([Record("t0", 0, 0, 2_000_000 + n)])
+    assert wait_until(lambda: completed(sender), COMPLETION_WAIT_S)
+    client = Client(0, broker.bootstrap, OPTIONS)
+    try:
+        _, high_watermark = client.consumer.get_watermark_offsets(TopicPartition("t0", 0), timeout=COMPLETION_WAIT_S)
+        client.assign(recorder, [0])
+        assert wait_until(lambda: client.poll(recorder) and client.positions[("t0", 0)] >= high_watermark,
+                          COMPLETION_WAIT_S, interval_s=0)
+        client.assign(recorder, [0, 1])  # key 0 kept, nothing read from it since
+        client.assign(recorder, [0])     # kept again, still nothing read
+        sender.send([Record("t0", 0, 0, 3_000_000)])
+        assert wait_until(lambda: completed(sender), COMPLETION_WAIT_S)
+        assert wait_until(lambda: client.poll(recorder) and client.positions[("t0", 0)] > high_watermark,
+                          COMPLETION_WAIT_S, interval_s=0)
+    finally:
+        sender.close(0)
+        client.close()
+    recorder.close()
+    ops = list(ops_from_table(read_history(tmp_path / "history.parquet")))
+    assigns = [i for i, op in enumerate(ops) if op.f == "assign" and op.type == "ok"]
+    polled_after = [r for op in ops[assigns[1]:] if op.f == "poll" and op.type == "ok"
+                    for m in op.mops if isinstance(m, Poll) for r in m.records if r.partition == 0]
+    assert polled_after and min(r.offset for r in polled_after) == high_watermark, "no record read twice"
