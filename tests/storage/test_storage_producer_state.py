@@ -7,7 +7,7 @@ import pytest
 
 from conftest import make_batch, read_all
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.storage import LogConfig
+from reference.storage import Log, LogConfig
 from reference.storage.producer_state import SEQUENCE_MAX
 
 PID = 4000
@@ -128,3 +128,44 @@ def test_truncation_rolls_producer_state_back(open_log):
     log.truncate_to(40)
     assert log.producer_state.producers[PID].last_seq == 39
     assert produce(log, 2, 40).first_offset == 40
+
+
+@pytest.mark.guarantee("IDM-1")
+def test_a_retry_of_a_batch_a_follower_copied_is_a_duplicate_once_it_leads(open_log, tmp_path):
+    """Leader change: the follower built its producer state from the leader's batches, so the
+    retry of a batch the old leader appended (its answer lost) is a duplicate at the new leader."""
+    leader = open_log()
+    for sequence in range(0, 10, 2):
+        produce(leader, 2, sequence)
+    follower = Log(str(tmp_path / "follower" / "topic-0"), LogConfig(), now_ms=0)
+    follower.append_as_follower(leader.read(0, 1 << 20).records, now_ms=0)
+    assert follower.log_end_offset == leader.log_end_offset == 10
+    for sequence in range(0, 10, 2):
+        assert produce(follower, 2, sequence).first_offset == sequence
+    assert follower.log_end_offset == 10
+    assert error_of(lambda: produce(follower, 1, 11)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert produce(follower, 1, 10).first_offset == 10
+    follower.close()
+
+
+@pytest.mark.guarantee("IDM-1")
+def test_a_retry_split_differently_from_the_stored_batches_is_out_of_order(open_log):
+    """Only an exact (first, last) sequence match is a duplicate, as in Kafka's
+    ProducerStateEntry.findDuplicateBatch; anything else that does not continue the sequence
+    is OUT_OF_ORDER_SEQUENCE_NUMBER, never appended."""
+    log = open_log()
+    produce(log, 4, 0)
+    assert error_of(lambda: produce(log, 2, 0)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_of(lambda: produce(log, 4, 2)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.log_end_offset == 4
+
+
+def test_a_retry_from_before_an_epoch_bump_is_fenced_not_a_duplicate(open_log):
+    """A duplicate must match the current epoch: the old epoch's retry is INVALID_PRODUCER_EPOCH,
+    and the new epoch's batch from sequence 0 is new data (the producer chose to re-send it)."""
+    log = open_log()
+    produce(log, 2, 0, epoch=3)
+    assert produce(log, 2, 0, epoch=4).first_offset == 2
+    assert error_of(lambda: produce(log, 2, 0, epoch=3)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert produce(log, 2, 0, epoch=4).first_offset == 2
+    assert log.log_end_offset == 4
