@@ -50,6 +50,7 @@ COMMIT_TIMEOUT_S = 5.0
 RAFT_QUEUE_MAX = 100  # raft messages waiting for one peer; older ones are dropped (Raft tolerates loss)
 FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active controller
 FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId field
+REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes default
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM}
@@ -469,7 +470,7 @@ class ClusterServer(BrokerServer):
         wait_ms = config.replica_fetch_wait_max_ms
         response = await connection.call(ApiKey.FETCH, FETCH_VERSION, {
             "replica_id": config.node_id, "max_wait_ms": wait_ms, "min_bytes": 1,
-            "max_bytes": config.replica_fetch_max_bytes, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "max_bytes": REPLICA_FETCH_RESPONSE_MAX_BYTES, "isolation_level": 0, "session_id": 0, "session_epoch": -1,
             "topics": [{"topic": topic, "partitions": partitions} for topic, partitions in topics.items()]},
             PEER_TIMEOUT_S + wait_ms / 1000)
         answers = {TopicPartition(topic.topic, p.partition_index): p
