@@ -26,6 +26,16 @@ so that together they invoke about rate_hz ops per second. A worker owns one con
   runs one at a time on the worker's transactional producer; after any outcome but ok the
   process ends and a new one (new producer, new consumer) takes its place.
 
+Sends get message.timeout.ms = send_timeout_s = 120 s (Kafka's delivery.timeout.ms default),
+well above the longest fault plus recovery in a run, so a record is not timed out while it
+may be in flight. librdkafka's idempotent producer answers such a timeout by bumping its
+producer epoch locally and re-sending the records still queued from sequence 0 under the new
+epoch (librdkafka issue 4953); the broker cannot tell those from new records, so a record the
+broker had appended before the fault is stored twice (an IDM-1 duplicate the client caused).
+With 10 s, a 60 s run under partitions and kills stored hundreds of values twice. The run
+stays bounded: faults all end at the time limit, and the final phase waits for the sends
+still in flight. Transactions keep their own short txn_timeout_s (see Client).
+
 After the main phase, `final_reads` has a fresh process assign every key from the
 beginning and poll until it has read up to each partition's high watermark.
 """
@@ -77,7 +87,8 @@ class WorkloadOptions:
     replication_factor: int = 1
     assign_p: float = 1 / 64
     crash_p: float = 0.0
-    send_timeout_s: float = 10.0
+    send_timeout_s: float = 120.0     # message.timeout.ms of sends: above any fault plus recovery (see above)
+    txn_timeout_s: float = 10.0       # transaction.timeout.ms and the transactional calls' timeouts
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
 
@@ -85,6 +96,7 @@ class WorkloadOptions:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
+        assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
 
     @property
     def topics(self) -> list[str]:
@@ -214,9 +226,11 @@ class Client:
         self.options = options
         # A short transaction timeout, as Jepsen's: a transaction left open by a killed node or a
         # dropped client is aborted soon, so read_committed consumers are not held back long.
+        # librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+        txn_timeout_ms = int(options.txn_timeout_s * 1000)
         self.producer = Producer(producer_config(bootstrap, options, {
-            "transactional.id": f"kspec-faults-{process}",
-            "transaction.timeout.ms": int(options.send_timeout_s * 1000)})) if options.txn else None
+            "transactional.id": f"kspec-faults-{process}", "transaction.timeout.ms": txn_timeout_ms,
+            "message.timeout.ms": txn_timeout_ms})) if options.txn else None
         self.transactions_initialised = False
         # Per assigned partition, where the next read starts: the offset assign() or a rewind set, or
         # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
@@ -260,7 +274,7 @@ class Client:
                                 outcomes.get(i, (True, None))[1])) if isinstance(m, Send) else m
                     for i, m in enumerate(mops)]
 
-        timeout_s = self.options.send_timeout_s
+        timeout_s = self.options.txn_timeout_s
         try:
             if not self.transactions_initialised:
                 self.producer.init_transactions(timeout_s)
@@ -307,7 +321,7 @@ class Client:
         if stage == "commit" and not (kafka_error and kafka_error.txn_requires_abort()):
             return "info"  # the commit may have happened
         try:
-            self.producer.abort_transaction(self.options.send_timeout_s)
+            self.producer.abort_transaction(self.options.txn_timeout_s)
             return "fail"
         except KafkaException:
             return "info"

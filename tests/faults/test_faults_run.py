@@ -114,7 +114,7 @@ def test_jepsen_edn_exported_by_kspec_imports_back_to_the_same_parquet_history(t
 def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_read_back(
         namespaces_available, tmp_path):
     out_dir = tmp_path / "faults-run"
-    workload = WorkloadOptions(concurrency=4, rate_hz=100, send_timeout_s=3.0, txn=True)
+    workload = WorkloadOptions(concurrency=4, rate_hz=100, txn_timeout_s=3.0, txn=True)
     result = run(RunOptions(nodes=1, nemeses=("kill",), time_limit_s=10, interval_s=2, quiet_s=1,
                             network="netns", seed=5, workload=workload), out_dir)
     assert result.final_reads_complete and not result.workload_failures
