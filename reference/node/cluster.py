@@ -70,7 +70,8 @@ class ClusterBroker(Broker):
         self.incarnation_id = str(uuid.uuid4())
         self.registered = False  # our RegisterBrokerRecord is committed
         self.pending_records: list[dict] = []  # the active controller's records for the shell to commit
-        self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}  # for the shell to create
+        # topics for the shell to create through the active controller: internal ones, and auto-created ones
+        self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}
         self.appended: set[TopicPartition] = set()
         self.changed: set[TopicPartition] = set()  # HW or role moved: wake acks=all waiters
         self._dirty: set[TopicPartition] = set()
@@ -118,6 +119,7 @@ class ClusterBroker(Broker):
             self._apply(entry.record)
         if self.raft.role is not RaftRole.LEADER:
             self._active_epoch = -1
+            self.pending_records.clear()  # decided from a state a later controller may have changed
         if self.registered:
             for topic_partition in sorted(self._dirty):
                 self._sync_partition(topic_partition, now_ms)
@@ -199,7 +201,15 @@ class ClusterBroker(Broker):
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str], validate_only: bool, now_ms: int) -> TopicImage:
+        """CreateTopics on the active controller. Elsewhere (Metadata's auto-creation on any node)
+        the topic is asked of the active controller, and the asker hears LEADER_NOT_AVAILABLE
+        meanwhile, as from Kafka's AutoTopicCreationManager (KIP-590)."""
         check_topic_name(name)
+        if not self.is_active_controller:
+            self.create_internal_topic(name, num_partitions, replication_factor, configs, now_ms)
+            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name!r} is being created by the controller")
+        if name in self._topic_names_not_yet_applied():
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} is being created")
         num_partitions = self.config.num_partitions if num_partitions == -1 else num_partitions
         if replication_factor == -1:  # default.replication.factor, capped by the brokers alive to hold the replicas
             replication_factor = max(1, min(self.config.default_replication_factor, self.live_broker_count))
@@ -210,6 +220,14 @@ class ClusterBroker(Broker):
         if not validate_only:
             self.pending_records += records
         return TopicImage(name, uuid.UUID(records[0]["topic_id"]), num_partitions, dict(configs))
+
+    def _topic_names_not_yet_applied(self) -> set[str]:
+        """Topics in this controller's records that are not applied yet: pending, or proposed to the
+        quorum and not yet committed. The state the controller decides from lacks them, and a second
+        ask for one of them would otherwise commit its TopicRecord twice."""
+        unapplied = self.raft.log[self.raft.applied_offset - self.raft.log_start_offset:]
+        return {record["name"] for record in [*self.pending_records, *(entry.record for entry in unapplied)]
+                if record["type"] == "TopicRecord"}
 
     def delete_topic(self, name: str, now_ms: int) -> None:
         topic = self.topic(name)
@@ -278,7 +296,7 @@ class ClusterBroker(Broker):
 
     def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
                               configs: dict[str, str], now_ms: int) -> None:
-        """Ask the shell to create an internal topic through the active controller."""
+        """Ask the shell to create a topic through the active controller."""
         if name not in self.image.topics_by_name:
             self.wanted_internal_topics[name] = (num_partitions, replication_factor, configs)
 

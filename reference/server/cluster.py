@@ -193,6 +193,7 @@ class ClusterServer(BrokerServer):
         while asyncio.get_running_loop().time() < deadline:
             if self.broker.is_active_controller:
                 async with self._controller_lock:
+                    await self._applied()
                     chunks = await super()._handle(frame)
                     await self._commit(self.broker.take_pending_records())
                 return chunks
@@ -225,6 +226,7 @@ class ClusterServer(BrokerServer):
             if not self.broker.is_active_controller:
                 return ErrorCode.NOT_CONTROLLER, b""
             try:
+                await self._applied()
                 if kind == "broker_registration":
                     self.broker.register_broker(request["broker_id"], request["incarnation_id"], request["host"],
                                                 request["port"], now_ms())
@@ -274,7 +276,14 @@ class ClusterServer(BrokerServer):
             return
         if not self.broker.is_active_controller:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no longer the active controller")
-        offset = self.broker.raft.propose(records)
+        self.broker.raft.propose(records)
+        await self._applied()
+
+    async def _applied(self) -> None:
+        """Wait until this node has applied its whole metadata log. The active controller decides
+        from applied state, so a command first waits for the records it proposed before: one
+        retried after a commit timed out (a registration, say) would otherwise propose them again."""
+        offset = self.broker.raft.log_end_offset
         committed = asyncio.get_running_loop().create_future()
         self._commit_waiters.append((offset, committed))
         self._after_raft()
@@ -356,6 +365,7 @@ class ClusterServer(BrokerServer):
                 continue
             async with self._controller_lock:
                 try:
+                    await self._applied()
                     self.broker.controller_tick(now_ms())
                     await self._commit(self.broker.take_pending_records())
                 except KafkaError as e:

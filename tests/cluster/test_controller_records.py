@@ -1,0 +1,65 @@
+"""The active controller's records, on ClusterBrokers driven by hand (sans-IO): a topic is
+created once however often it is asked for before its records are applied, and a node that
+is not the active controller asks the controller instead of making records of its own."""
+from __future__ import annotations
+
+import pytest
+
+from reference.config import BrokerConfig
+from reference.node.cluster import ClusterBroker
+from reference.protocol.errors import ErrorCode, KafkaError
+
+ELECTION_MS = 5_000  # past the election timeout with its jitter
+
+
+def cluster_broker(tmp_path, voters: str) -> ClusterBroker:
+    return ClusterBroker(BrokerConfig(node_id=1, log_dirs=str(tmp_path), process_roles="broker,controller",
+                                      controller_quorum_voters=voters), now_ms=0)
+
+
+@pytest.fixture
+def controller(tmp_path) -> ClusterBroker:
+    """Node 1, the only voter: the active controller, registered and unfenced."""
+    broker = cluster_broker(tmp_path, "1@127.0.0.1:9092")
+    for now_ms in (0, ELECTION_MS):  # the first tick starts the election timer, the second runs it out
+        broker.raft.tick(now_ms)
+    broker.apply_committed(ELECTION_MS)
+    assert broker.is_active_controller
+    broker.register_broker(1, broker.incarnation_id, "127.0.0.1", 9092, ELECTION_MS)
+    commit(broker)
+    broker.broker_heartbeat(1, broker.broker_epoch, want_shutdown=False, now_ms=ELECTION_MS)
+    commit(broker)
+    assert broker.live_broker_count == 1
+    return broker
+
+
+def commit(broker: ClusterBroker) -> None:
+    """What the shell does after a controller command: propose the pending records, apply them."""
+    broker.raft.propose(broker.take_pending_records())
+    broker.apply_committed(ELECTION_MS)
+
+
+def topic_records(broker: ClusterBroker) -> list[str]:
+    return [entry.record["name"] for entry in broker.raft.log if entry.record["type"] == "TopicRecord"]
+
+
+def test_a_topic_asked_for_again_before_its_records_are_applied_is_created_once(controller):
+    controller.create_topic("t", -1, -1, {}, validate_only=False, now_ms=ELECTION_MS)  # pending
+    with pytest.raises(KafkaError) as raised:  # e.g. a second client's Metadata auto-creation
+        controller.create_topic("t", -1, -1, {}, validate_only=False, now_ms=ELECTION_MS)
+    assert raised.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+    controller.raft.propose(controller.take_pending_records())  # proposed, not yet applied
+    with pytest.raises(KafkaError) as raised:  # e.g. a CreateTopics retried after a commit timed out
+        controller.create_topic("t", -1, -1, {}, validate_only=False, now_ms=ELECTION_MS)
+    assert raised.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
+    controller.apply_committed(ELECTION_MS)
+    assert topic_records(controller) == ["t"] and controller.topic("t").partition_count == 1
+
+
+def test_a_node_that_is_not_the_active_controller_asks_it_for_an_auto_created_topic(tmp_path):
+    follower = cluster_broker(tmp_path, "1@127.0.0.1:9092,2@127.0.0.1:9093,3@127.0.0.1:9094")
+    assert not follower.is_active_controller
+    with pytest.raises(KafkaError) as raised:
+        follower.create_topic("t", -1, -1, {}, validate_only=False, now_ms=0)
+    assert raised.value.code == ErrorCode.LEADER_NOT_AVAILABLE
+    assert follower.pending_records == [] and follower.wanted_internal_topics == {"t": (-1, -1, {})}
