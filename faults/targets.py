@@ -306,6 +306,11 @@ FAULT_RUN_TIMEOUTS = {
     "broker.session.timeout.ms": "3000",
     "replica.lag.time.max.ms": "5000",
 }
+# Only the workload's CreateTopics makes its topics (two partitions, the run's replication factor).
+# With auto-creation on, a client still retrying an earlier run's node addresses (runs reuse the
+# first free subnet) asked a new cluster for t0..t3 while one broker was up, and they were made
+# with one partition on that broker alone: sends to partition 1 and to a killed replica hung.
+NO_AUTO_CREATE = {"auto.create.topics.enable": "false"}
 
 
 def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | None = None,
@@ -325,7 +330,7 @@ def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | No
                    **FAULT_RUN_TIMEOUTS}
     broker_nodes = []
     for index, spot in enumerate(spots):
-        node_overrides = {"advertised.host.name": spot.advertised_host, **cluster, **(overrides or {})}
+        node_overrides = {"advertised.host.name": spot.advertised_host, **NO_AUTO_CREATE, **cluster, **(overrides or {})}
         broker_nodes.append(ReferenceNode(str(run_dir / f"node-{index}"), listen=f"{spot.host}:{spot.port}",
                                           node_id=index + 1 if cluster else 0, overrides=node_overrides,
                                           stderr_path=str(run_dir / f"node-{index}.log"), wrap=spot.wrap))

@@ -168,7 +168,7 @@ class Sender:
         from confluent_kafka import KafkaException
         try:
             self.producer.poll(timeout_s)
-        except KafkaException as e:
+        except (KafkaException, SystemError) as e:
             if not _is_fatal(e):
                 raise
             self.fatal = True
@@ -179,8 +179,10 @@ class Sender:
         for step in (lambda: self.producer.flush(timeout_s), self.producer.purge, lambda: self.producer.flush(0)):
             try:
                 step()
-            except KafkaException as e:  # a fatal producer raises; its sends complete below
-                self.fatal |= _is_fatal(e)
+            except (KafkaException, SystemError) as e:  # a fatal producer raises; its sends complete below
+                if not _is_fatal(e):
+                    raise
+                self.fatal = True
         for process, send in list(self.in_flight.items()):
             for index, outcome in enumerate(send.outcomes):
                 if outcome is None:
@@ -388,6 +390,10 @@ def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None
 
 
 def _is_fatal(error) -> bool:
+    """A fatal KafkaException, also one raised while a delivery callback ran: confluent-kafka
+    then surfaces it as a SystemError caused by it."""
+    if isinstance(error, SystemError):
+        error = error.__cause__
     kafka_error = error.args[0] if isinstance(error, Exception) and error.args else None
     return bool(getattr(kafka_error, "fatal", lambda: False)())
 
