@@ -26,6 +26,7 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
 TOPIC_READY_TIMEOUT_S = 30.0
+CREATE_RETRY_BACKOFF_S = 0.5
 NODE_COMMAND_TIMEOUT_S = 60.0
 NODE_RETURN_TIMEOUT_S = 60.0  # a started node is listed by Metadata again within this
 POLL_INTERVAL_S = 0.1
@@ -139,6 +140,10 @@ class Target:
                 self._metadata(wire, name, auto_create=True)
             else:
                 result = self._create_topic_request(wire, version, name, partitions, replication_factor, configs)
+                deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+                while self._transient(result.error_code, replication_factor) and time.monotonic() < deadline:
+                    time.sleep(CREATE_RETRY_BACKOFF_S)  # e.g. a restarted broker not yet unfenced: retry as a client does
+                    result = self._create_topic_request(wire, version, name, partitions, replication_factor, configs)
                 if result.error_code != ErrorCode.NONE:
                     raise TopicSetupFailed(f"CreateTopics {name} partitions={partitions} configs={configs} "
                                            f"answered {error_name(result.error_code)}: {result.get('error_message')}")
@@ -146,6 +151,14 @@ class Target:
         if count < partitions:
             pytest.skip(f"needs {partitions} partitions; auto-created topics on this broker get {count}")
         return name
+
+    def _transient(self, error_code: int, replication_factor: int) -> bool:
+        """A CreateTopics error that goes away when the cluster settles: no active controller yet,
+        or too few live brokers for a replication factor the cluster's broker count allows."""
+        if error_code in (ErrorCode.NOT_CONTROLLER, ErrorCode.REQUEST_TIMED_OUT):
+            return True
+        return (error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+                and 0 < replication_factor <= len(self.capabilities.brokers))
 
     @staticmethod
     def _create_topic_request(wire: WireClient, version: int, name: str, partitions: int, replication_factor: int,

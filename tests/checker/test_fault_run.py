@@ -40,7 +40,11 @@ PROBE = WorkloadOptions(send_timeout_s=10.0)
 OK_BEFORE_FAULT_MIN = 40      # the workload is really running before the fault
 PROBE_RECORDS = 3
 SERVE_S = 0.05
-ACK_WAIT_S = 1.5              # the followers stay paused at most this long: less than the broker session timeout
+ACK_WAIT_S = 1.5              # the probe waits this long for its ack: the pause stays under the broker session timeout
+# A follower's fetch parked at the leader when it was paused would carry the probe's records into
+# its socket buffer, to be appended on resume: the probe is sent once every parked fetch has expired.
+REPLICA_FETCH_WAIT_MAX_MS = 100
+PARKED_FETCH_EXPIRY_S = 3 * REPLICA_FETCH_WAIT_MAX_MS / 1000
 ATTEMPTS_MAX = 3              # scripted faults per run until the probe's send is acked (with the bug)
 WAIT_S = 60.0                 # bound on every condition polled (a loaded 2-core machine)
 FINAL_READ_TIMEOUT_S = 60.0
@@ -110,6 +114,7 @@ def pause_send_kill(target: Target, recorder: Recorder, workload: Workload, prob
     for node in followers:
         target.pause(node)
     pause_ns = nemesis_op(recorder, "start-pause", {"variant": "followers", "nodes": followers})
+    time.sleep(PARKED_FETCH_EXPIRY_S)
     records = [Record(topic, partition, LEADER_KEY, next(workload.values[LEADER_KEY])) for _ in range(PROBE_RECORDS)]
     probe.send(records)
     served_until(probe, time.monotonic() + ACK_WAIT_S)
@@ -136,7 +141,9 @@ def fault_run(run_dir: Path, ack_before_isr: bool) -> list[Window]:
     windows of every attempt (with the bug: until a probe send was acked while its followers
     were paused)."""
     windows: list[Window] = []
-    with reference_cluster(run_dir, {"kspec.bug.ack.before.isr": str(ack_before_isr).lower()}) as target:
+    overrides = {"kspec.bug.ack.before.isr": str(ack_before_isr).lower(),
+                 "replica.fetch.wait.max.ms": str(REPLICA_FETCH_WAIT_MAX_MS)}
+    with reference_cluster(run_dir, overrides) as target:
         recorder = Recorder(run_dir)
         workload = Workload(target.bootstrap, recorder, WORKLOAD)
         workload.create_topics()
