@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from faults.net import HOST, Network
 from faults.targets import reference_target
 from faults_helpers import network_name
 
 DELIVERY_TIMEOUT_MS = 2000
+CREATE_TIMEOUT_S = 60.0
+TOPIC = "isolation"
 
 
 def produce_one(bootstrap: str, value: bytes) -> str | None:
@@ -17,7 +20,7 @@ def produce_one(bootstrap: str, value: bytes) -> str | None:
     producer = Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
                          "acks": "all", "log_level": 0})
     outcome = []
-    producer.produce("isolation", value=value, on_delivery=lambda err, msg: outcome.append(err))
+    producer.produce(TOPIC, value=value, on_delivery=lambda err, msg: outcome.append(err))
     producer.flush(DELIVERY_TIMEOUT_MS / 1000 + 5)
     assert len(outcome) == 1
     return None if outcome[0] is None else str(outcome[0])
@@ -32,6 +35,8 @@ def test_clients_of_a_partitioned_broker_time_out_and_recover_after_heal(namespa
         target = reference_target(1, tmp_path, "netns", network=network)
         target.start()
         assert target.bootstrap.startswith(network.node_address(0))
+        admin = AdminClient({"bootstrap.servers": target.bootstrap})  # fault-run targets do not auto-create topics
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(CREATE_TIMEOUT_S)
         assert produce_one(target.bootstrap, b"before") is None
         target.partition({0: {HOST}})
         error = produce_one(target.bootstrap, b"during")
