@@ -17,9 +17,10 @@ from spec.models.group import GroupConfig, GroupModel
 from spec.models.idempotence import IdempotenceConfig, IdempotenceModel
 from spec.models.log import LogConfig, LogModel
 from spec.models.replication import ACKS, TRUNCATION_RULES, ReplicationConfig, ReplicationModel
+from spec.models.transactions import TRANSACTION_BUGS, TransactionsConfig, TransactionsModel
 from spec.simulator import simulate as simulate_model
 
-MODELS = ("log", "replication", "group", "idempotence")
+MODELS = ("log", "replication", "group", "idempotence", "transactions")
 
 
 class ArgumentError(click.ClickException):
@@ -37,7 +38,7 @@ class OneLineErrors(click.Command):
 
 
 def build_model(model: str, replicas: int, records: int, truncation: str, max_epochs: int, crashes: int,
-                acks: str, min_insync_replicas: int, unclean: bool):
+                acks: str, min_insync_replicas: int, unclean: bool, bug: tuple[str, ...]):
     """The model named on the command line; ValueError says which argument is out of range."""
     if model == "replication":
         return ReplicationModel(ReplicationConfig(
@@ -47,6 +48,9 @@ def build_model(model: str, replicas: int, records: int, truncation: str, max_ep
         return LogModel(LogConfig(records=records))
     if model == "group":
         return GroupModel(GroupConfig(members=replicas, records=records, max_generations=max_epochs))
+    if model == "transactions":
+        switches = {name.replace("-", "_"): True for name in bug}
+        return TransactionsModel(TransactionsConfig(max_transactions=records, **switches))
     return IdempotenceModel(IdempotenceConfig(records=records))
 
 
@@ -56,7 +60,8 @@ def model_options(command):
         click.option("--replicas", type=int, default=2, show_default=True,
                      help="replicas (replication) or members (group)"),
         click.option("--records", type=int, default=2, show_default=True,
-                     help="records written (per partition for group; batches for idempotence)"),
+                     help="records written (per partition for group; batches for idempotence; "
+                          "transactions for transactions)"),
         click.option("--truncation", type=click.Choice(TRUNCATION_RULES), default="kip320", show_default=True,
                      help="the follower truncation rule (replication)"),
         click.option("--max-epochs", type=int, default=3, show_default=True,
@@ -65,6 +70,8 @@ def model_options(command):
         click.option("--acks", type=click.Choice(ACKS), default="all", show_default=True),
         click.option("--min-insync-replicas", type=int, default=1, show_default=True),
         click.option("--unclean", is_flag=True, help="allow unclean leader election (replication)"),
+        click.option("--bug", type=click.Choice(TRANSACTION_BUGS), multiple=True,
+                     help="re-create a historical bug (transactions; repeatable)"),
     ]
     for option in reversed(options):
         command = option(command)
