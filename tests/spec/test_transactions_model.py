@@ -15,7 +15,7 @@ import pytest
 
 from conftest import broken_guarantees, play
 from spec.explorer import explore
-from spec.models.transactions import ABORT, DATA, Entry, TransactionsConfig, TransactionsModel
+from spec.models.transactions import ABORT, COMMIT, DATA, Entry, TransactionsConfig, TransactionsModel
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,7 +67,7 @@ def test_a_zombie_write_landing_after_the_fence_marker_is_refused():
     assert state.logs[0] == (Entry(ABORT, 1, 0),) and state.read == ((), ())
 
 
-def test_the_fence_invariant_flags_an_older_epoch_after_a_newer_one():
+def test_the_fence_and_outcome_invariants_flag_states_no_switch_reaches():
     model = TransactionsModel(TransactionsConfig())
     (*_, (_, state)) = play(model, [("Begin", 0), ("AddPartitionsToTxn", 0, 0), ("InitProducerId", 1),
                                     ("WriteTxnMarker", 0)])
@@ -75,6 +75,9 @@ def test_the_fence_invariant_flags_an_older_epoch_after_a_newer_one():
     assert model.no_append_after_fence(state) is None
     assert model.no_append_after_fence(zombie_appended) == "partition 0 appended epoch 0 at offset 1 after epoch 1"
     assert "TXN-1" in broken_guarantees(model, zombie_appended)
+    decided_commit = state._replace(outcomes=(COMMIT,))
+    assert model.one_outcome(decided_commit) == \
+        "partition 0 ended transaction 0 with abort, but the coordinator decided commit"
 
 
 def test_the_cli_exits_0_when_exhausted_and_1_with_the_kafka_17754_trace():
