@@ -305,6 +305,8 @@ FAULT_RUN_TIMEOUTS = {
     "broker.heartbeat.interval.ms": "500",
     "broker.session.timeout.ms": "3000",
     "replica.lag.time.max.ms": "5000",
+    # a transaction its killed producer left open holds the last stable offset until it is aborted
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 # Only the workload's CreateTopics makes its topics (two partitions, the run's replication factor).
 # With auto-creation on, a client still retrying an earlier run's node addresses (runs reuse the

@@ -541,9 +541,15 @@ class Workload:
     def final_reads(self, timeout_s: float) -> bool:
         """A fresh process reads every partition from the beginning up to its high watermark.
 
-        Returns whether it got there within timeout_s."""
-        from confluent_kafka import KafkaException, TopicPartition
+        The high watermarks are asked for read_uncommitted: a read_committed consumer is told the
+        last stable offset instead, which stays below a transaction its killed producer left open
+        until the coordinator aborts it (transaction.timeout.ms), and the records committed after
+        that would go unread. Returns whether the reads got there within timeout_s."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
         client = Client(next(self.next_process), self.bootstrap, self.options)
+        watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kspec-faults-watermarks",
+                               "isolation.level": "read_uncommitted", "log_level": CLIENT_LOG_LEVEL,
+                               "logger": CLIENT_LOGGER})
         keys = list(range(self.options.key_count))
         deadline = time.monotonic() + timeout_s
         try:
@@ -552,8 +558,8 @@ class Workload:
                 topic, partition = topic_partition(key)
                 while (topic, partition) not in high_watermarks:
                     try:
-                        _, high = client.consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                                        timeout=FINAL_POLL_TIMEOUT_S)
+                        _, high = watermarks.get_watermark_offsets(TopicPartition(topic, partition),
+                                                                   timeout=FINAL_POLL_TIMEOUT_S)
                         high_watermarks[(topic, partition)] = high
                     except KafkaException:
                         if time.monotonic() > deadline:
@@ -567,4 +573,7 @@ class Workload:
                     return True
             return False
         finally:
+            closing = threading.Thread(target=watermarks.close, name="close-watermarks", daemon=True)
+            closing.start()
+            closing.join(CLOSE_TIMEOUT_S)
             close_all([client])
