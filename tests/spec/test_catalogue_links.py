@@ -6,9 +6,10 @@ from spec.models.group import GroupConfig, GroupModel
 from spec.models.idempotence import IdempotenceConfig, IdempotenceModel
 from spec.models.log import LogConfig, LogModel
 from spec.models.replication import ReplicationConfig, ReplicationModel
+from spec.models.transactions import TransactionsConfig, TransactionsModel
 
 MODELS = [LogModel(LogConfig()), ReplicationModel(ReplicationConfig()), GroupModel(GroupConfig()),
-          IdempotenceModel(IdempotenceConfig())]
+          IdempotenceModel(IdempotenceConfig()), TransactionsModel(TransactionsConfig())]
 
 
 def test_catalogue_names_exactly_the_models_invariants():
