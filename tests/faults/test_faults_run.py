@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import signal
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -129,23 +132,63 @@ def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_r
     assert not written["fail"] & read, "no aborted send is read by a read_committed consumer"
 
 
-@pytest.mark.timeout(240)
+# A 3-node run takes 75-90 s; a child still running after this is stuck in librdkafka.
+THREE_NODE_RUN_DEADLINE_S = 240
+THREE_NODE_ATTEMPTS = 2
+CHILD_RUN = """
+import pickle, sys
+from pathlib import Path
+from faults.run import run
+run(pickle.loads(Path(sys.argv[1]).read_bytes()), Path(sys.argv[2]))
+"""
+
+
+def run_in_child(options: RunOptions, out_dir: Path) -> tuple[dict, int] | None:
+    """The run in a child process: (its results.json, the child's pid, which names its network),
+    or None when it outlived THREE_NODE_RUN_DEADLINE_S. librdkafka can deadlock while a client
+    call holds Python's GIL (a lock-order inversion when a broker leaves the metadata,
+    librdkafka issue 5476), which no timeout inside the stuck process can interrupt; the child
+    is then killed with its brokers and its namespaces are cleaned."""
+    options_path = out_dir.parent / f"{out_dir.name}.options"
+    options_path.write_bytes(pickle.dumps(options))
+    child = subprocess.Popen([sys.executable, "-c", CHILD_RUN, str(options_path), str(out_dir)],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        child.wait(THREE_NODE_RUN_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        state = net.STATE_DIR / f"ksf{child.pid % 100000}.json"
+        if state.exists():
+            net.clean_state_file(state)
+        return None
+    assert child.returncode == 0, f"the run failed (exit {child.returncode}); see {out_dir}"
+    return json.loads((out_dir / "results.json").read_text()), child.pid
+
+
+@pytest.mark.timeout(THREE_NODE_ATTEMPTS * THREE_NODE_RUN_DEADLINE_S + 60)
 def test_a_three_node_cluster_run_with_partitions_leader_kills_and_pauses_heals_and_leaves_nothing(
         namespaces_available, tmp_path):
     """Issue 7's acceptance run: 60 s under faults at 200+ ops/s. Measured with these settings at
     a load average of about 15 on 2 cores: 383 ops/s (13,118 ok, 10,991 info); the floor leaves
-    room for a busier machine."""
-    out_dir = tmp_path / "faults-run"
+    room for a busier machine. A run stuck in the client library is run again, once."""
     workload = WorkloadOptions(concurrency=THREE_NODE_WORKERS, rate_hz=THREE_NODE_RATE_HZ, send_timeout_s=5.0,
                                replication_factor=3)
-    result = run(RunOptions(nodes=3, nemeses=("partition", "kill", "pause"), time_limit_s=60, interval_s=4,
-                            quiet_s=2, network="netns", seed=11, workload=workload), out_dir)
-    assert result.mode == "netns" and result.final_reads_complete and not result.workload_failures
-    assert result.ops_per_s >= THREE_NODE_OPS_PER_S_MIN, result.ops_per_s
+    options = RunOptions(nodes=3, nemeses=("partition", "kill", "pause"), time_limit_s=60, interval_s=4,
+                         quiet_s=2, network="netns", seed=11, workload=workload)
+    for attempt in range(THREE_NODE_ATTEMPTS):
+        out_dir = tmp_path / f"faults-run-{attempt}"
+        finished = run_in_child(options, out_dir)
+        if finished is not None:
+            break
+    assert finished is not None, f"every run stuck in the client library past {THREE_NODE_RUN_DEADLINE_S} s"
+    result, child_pid = finished
+    assert result["network_mode"] == "netns" and result["final_reads_complete"] and not result["workload_failures"]
+    assert result["main_phase_ops_per_s"] >= THREE_NODE_OPS_PER_S_MIN, result["main_phase_ops_per_s"]
     timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
     assert {f["package"] for f in timeline if f["action"] == "start"} >= {"partition", "kill"}
     assert all("error" not in f["value"] for f in timeline), timeline
     acked, missing = acked_values_read_back(out_dir)
     assert acked > 100 and missing == set()
     assert all((out_dir / f"node-{i}.log").exists() for i in range(3))
-    assert net.leftovers(f"ksf{os.getpid() % 100000}") == [] and brokers_of(out_dir) == []
+    assert net.leftovers(f"ksf{child_pid % 100000}") == [] and brokers_of(out_dir) == []
