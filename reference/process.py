@@ -20,6 +20,17 @@ import time
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
+# Overrides for clusters whose tests kill nodes: a node's death is noticed in about a second
+# (heartbeats every 200 ms, fenced after 1.5 s without one; a follower that stops fetching leaves
+# the ISR after 2 s; a controller quorum elects a new leader within 0.5-1 s).
+FAST_FAILOVER = {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "1500",
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "100",
+    "controller.quorum.election.timeout.ms": "500",
+    "controller.quorum.fetch.timeout.ms": "1000",
+}
 
 
 class BrokerNotReady(RuntimeError):

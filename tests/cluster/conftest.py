@@ -1,9 +1,6 @@
 """Fixtures for the cluster acceptance tests: real `kspec broker` processes in combined mode
-(ClusterProcess), real clients (confluent-kafka), kill -9 and restarts.
-
-Timeouts are shrunk with --set so a node's death is noticed in about a second: brokers
-heartbeat every 200 ms and are fenced after 1.5 s without one; a follower that stops
-fetching leaves the ISR after 2 s.
+(ClusterProcess), real clients (confluent-kafka), kill -9 and restarts, with timeouts shrunk
+(reference.process.FAST_FAILOVER) so a node's death is noticed in about a second.
 """
 from __future__ import annotations
 
@@ -14,16 +11,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from reference.process import ClusterProcess
+from reference.process import FAST_FAILOVER, ClusterProcess
 
-FAST_FAILOVER = {
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "1500",
-    "replica.lag.time.max.ms": "2000",
-    "replica.fetch.wait.max.ms": "100",
-    "controller.quorum.election.timeout.ms": "500",
-    "controller.quorum.fetch.timeout.ms": "1000",
-}
 WAIT_S = 60.0  # a bound for a loaded 2-core machine; conditions usually hold within seconds
 _topic_numbers = itertools.count()
 
