@@ -11,6 +11,7 @@ goes to `data_dir/../<name>.stderr.log` unless a file is given.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -141,7 +142,7 @@ class ClusterProcess:
         assert nodes >= 1
         os.makedirs(base_dir, exist_ok=True)
         hosts = hosts or ["127.0.0.1"] * nodes
-        ports = [base_port + i for i in range(nodes)] if base_port else [_free_port() for _ in range(nodes)]
+        ports = [base_port + i for i in range(nodes)] if base_port else _free_ports(nodes)
         self.addresses = {node_id: f"{hosts[node_id - 1]}:{ports[node_id - 1]}" for node_id in range(1, nodes + 1)}
         voters = ",".join(f"{node_id}@{address}" for node_id, address in self.addresses.items())
         self.nodes = {
@@ -227,7 +228,11 @@ class ClusterProcess:
         self.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every probe socket stays bound until all are chosen, or the
+    kernel may hand the same port out twice (two nodes of one cluster then share an address)."""
+    with contextlib.ExitStack() as probes:
+        sockets = [probes.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
