@@ -15,8 +15,8 @@ EXIT_FAILED = 1
 
 def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple[str, ...], quick: bool,
                      junit_xml: str | None, report: str | None, json_path: str | None,
-                     client_properties: tuple[str, ...], node_stop_command: str | None,
-                     node_start_command: str | None, verbose: bool) -> list[str]:
+                     client_properties: tuple[str, ...], node_commands: dict[str, str | None],
+                     verbose: bool) -> list[str]:
     arguments = ["--pyargs", "conformance.suite", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning",
                  "-rfE", "--bootstrap-servers", bootstrap_servers]
     arguments += ["--client", clients] if clients else []
@@ -26,8 +26,7 @@ def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple
     arguments += [f"--conformance-report={report}"] if report else []
     arguments += [f"--conformance-json={json_path}"] if json_path else []
     arguments += [f"--client-property={pair}" for pair in client_properties]
-    arguments += [f"--node-stop-command={node_stop_command}"] if node_stop_command else []
-    arguments += [f"--node-start-command={node_start_command}"] if node_start_command else []
+    arguments += [f"--node-{verb}-command={command}" for verb, command in node_commands.items() if command]
     arguments += ["-v"] if verbose else []
     return arguments
 
@@ -52,9 +51,11 @@ Exit codes:
               help="Client property in librdkafka's names (security.protocol=SSL, sasl.username=...).")
 @click.option("--node-stop-command", metavar="CMD", help="Stops broker {node_id}; enables leader kills.")
 @click.option("--node-start-command", metavar="CMD", help="Starts broker {node_id} again.")
+@click.option("--node-pause-command", metavar="CMD", help="Freezes broker {node_id} (SIGSTOP); enables pauses.")
+@click.option("--node-resume-command", metavar="CMD", help="Lets a paused broker {node_id} run again.")
 @click.option("-v", "--verbose", is_flag=True, help="One line per test.")
 def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json_path, client_properties,
-                node_stop_command, node_start_command, verbose) -> None:
+                node_stop_command, node_start_command, node_pause_command, node_resume_command, verbose) -> None:
     """Check a Kafka-compatible broker against kspec's guarantee catalogue through real clients.
 
     \b
@@ -65,17 +66,20 @@ def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json
           --client-property ssl.ca.location=ca.pem
       kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
           --node-stop-command 'python -m conformance.nodes stop DIR {node_id}' \\
-          --node-start-command 'python -m conformance.nodes start DIR {node_id}'
+          --node-start-command 'python -m conformance.nodes start DIR {node_id}' \\
+          --node-pause-command 'python -m conformance.nodes pause DIR {node_id}' \\
+          --node-resume-command 'python -m conformance.nodes resume DIR {node_id}'
 
-    The last one lets the suite kill and restart the nodes of a reference cluster started with
-    `kspec cluster --nodes 3 --data-dir DIR`, which prints these two commands; any broker can
-    be controlled by commands of its own.
+    The last one lets the suite kill, restart, pause and resume the nodes of a reference cluster
+    started with `kspec cluster --nodes 3 --data-dir DIR`, which prints these four commands; any
+    broker can be controlled by commands of its own.
     """
     import pytest
 
     exit_code = pytest.main(pytest_arguments(
         bootstrap_servers, clients=clients, only=only, quick=quick, junit_xml=junit_xml, report=report,
-        json_path=json_path, client_properties=client_properties, node_stop_command=node_stop_command,
-        node_start_command=node_start_command, verbose=verbose))
+        json_path=json_path, client_properties=client_properties, verbose=verbose,
+        node_commands={"stop": node_stop_command, "start": node_start_command, "pause": node_pause_command,
+                       "resume": node_resume_command}))
     sys.exit(0 if exit_code == pytest.ExitCode.OK else EXIT_FAILED if exit_code == pytest.ExitCode.TESTS_FAILED
              else int(exit_code))

@@ -1,20 +1,27 @@
-"""Stop and start the nodes of a local reference cluster from outside, so the suite can kill leaders.
+"""Stop, start, pause and resume the nodes of a local reference cluster from outside, so the
+suite can kill leaders and freeze replicas.
 
-The suite controls a target's nodes through two commands (--node-stop-command and
---node-start-command, templates with {node_id}). For a reference cluster started by
-LocalCluster they are:
+The suite controls a target's nodes through commands, templates with {node_id}
+(--node-stop-command, --node-start-command, --node-pause-command, --node-resume-command).
+For a reference cluster started by LocalCluster they are:
 
     python -m conformance.nodes stop DIR {node_id}     # kill -9 the node
     python -m conformance.nodes start DIR {node_id}    # the same command line and port; returns once ready
+    python -m conformance.nodes pause DIR {node_id}    # SIGSTOP: returns once the process is stopped
+    python -m conformance.nodes resume DIR {node_id}   # SIGCONT: returns once it runs again
+
+A paused node keeps its sockets: peers and clients can still connect, and what they send
+waits in the kernel until the node resumes, as with a long garbage-collection pause.
 
 LocalCluster(DIR, nodes, overrides) starts `kspec broker` processes in combined mode (the
 command lines of reference.process.ClusterProcess) detached from the caller, and keeps each
 node's command line in DIR/node<N>.json, its pid in DIR/node<N>.pid and its output in
-DIR/node<N>.log, which is all the two commands need. A node started by a command outlives
+DIR/node<N>.log, which is all the commands need. A node started by a command outlives
 the command; LocalCluster.stop() stops whichever process holds each node's pid file.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -27,6 +34,8 @@ from pathlib import Path
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.05
+PAUSED_STATE = "T"  # /proc/PID/stat's state of a process stopped by a signal
+VERBS = ("stop", "start", "pause", "resume")
 READY_MARK = "bootstrap="  # the broker's ready line: "... ready ... bootstrap=HOST:PORT"
 
 
@@ -35,14 +44,19 @@ def _paths(base_dir: Path, node_id: int) -> tuple[Path, Path, Path]:
     return stem.with_suffix(".json"), stem.with_suffix(".pid"), stem.with_suffix(".log")
 
 
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, T for stopped, Z for zombie, ...), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def _alive(pid: int) -> bool:
     """True while the process exists and is not a zombie (a node started by a command that
     exited is nobody's child here, so it may linger as a zombie until something reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return _state(pid) not in (None, "Z")
 
 
 def _pid(base_dir: Path, node_id: int) -> int | None:
@@ -71,11 +85,13 @@ def start_node(base_dir: Path, node_id: int, timeout_s: float = READY_TIMEOUT_S)
 
 
 def stop_node(base_dir: Path, node_id: int, sig: int = signal.SIGKILL, timeout_s: float = STOP_TIMEOUT_S) -> None:
-    """Send sig to node_id and wait until its process is gone."""
+    """Send sig to node_id and wait until its process is gone (a paused node is resumed to take it)."""
     pid = _pid(base_dir, node_id)
     if pid is None or not _alive(pid):
         return
     os.kill(pid, sig)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
     deadline = time.monotonic() + timeout_s
     while _alive(pid):
         if time.monotonic() > deadline:
@@ -84,8 +100,31 @@ def stop_node(base_dir: Path, node_id: int, sig: int = signal.SIGKILL, timeout_s
         time.sleep(POLL_S)
 
 
+def pause_node(base_dir: Path, node_id: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGSTOP node_id and wait until the kernel reports it stopped."""
+    _signal_until(base_dir, node_id, signal.SIGSTOP, lambda state: state == PAUSED_STATE, timeout_s)
+
+
+def resume_node(base_dir: Path, node_id: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGCONT node_id and wait until it runs again."""
+    _signal_until(base_dir, node_id, signal.SIGCONT, lambda state: state != PAUSED_STATE, timeout_s)
+
+
+def _signal_until(base_dir: Path, node_id: int, sig: int, reached, timeout_s: float) -> None:
+    pid = _pid(base_dir, node_id)
+    if pid is None or not _alive(pid):
+        raise RuntimeError(f"node {node_id} is not running")
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout_s
+    while not reached(_state(pid)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node {node_id} (pid {pid}) still in state {_state(pid)} {timeout_s:.0f} s after "
+                               f"{signal.Signals(sig).name}")
+        time.sleep(POLL_S)
+
+
 class LocalCluster:
-    """A reference cluster whose nodes the `stop` and `start` commands above can control."""
+    """A reference cluster whose nodes the commands above can control."""
 
     def __init__(self, base_dir: str, nodes: int = 3, overrides: dict[str, str] | None = None, *,
                  base_port: int | None = None) -> None:
@@ -107,7 +146,8 @@ class LocalCluster:
         return self.layout.nodes[node_id].command()
 
     def command(self, verb: str) -> str:
-        """The --node-stop-command or --node-start-command template for this cluster."""
+        """The --node-<verb>-command template for this cluster (verb: stop, start, pause, resume)."""
+        assert verb in VERBS, verb
         return shlex.join([sys.executable, "-m", "conformance.nodes", verb, str(self.base_dir)]) + " {node_id}"
 
     def start(self) -> str:
@@ -150,14 +190,14 @@ class LocalCluster:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in ("start", "stop") or not argv[2].isdigit():
-        print("usage: python -m conformance.nodes {start|stop} DIR NODE_ID", file=sys.stderr)
+    if len(argv) != 3 or argv[0] not in VERBS or not argv[2].isdigit():
+        print(f"usage: python -m conformance.nodes {{{'|'.join(VERBS)}}} DIR NODE_ID", file=sys.stderr)
         return 2
     verb, base_dir, node_id = argv[0], Path(argv[1]), int(argv[2])
     if verb == "start":
         print(start_node(base_dir, node_id))
     else:
-        stop_node(base_dir, node_id)
+        {"stop": stop_node, "pause": pause_node, "resume": resume_node}[verb](base_dir, node_id)
     return 0
 
 

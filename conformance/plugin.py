@@ -46,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write conformance.json and conformance.html (guarantee x client matrix) to DIR")
     group.addoption("--node-stop-command", metavar="CMD", help="stops broker {node_id} (enables leader kills)")
     group.addoption("--node-start-command", metavar="CMD", help="starts broker {node_id} again")
+    group.addoption("--node-pause-command", metavar="CMD", help="freezes broker {node_id}, e.g. SIGSTOP")
+    group.addoption("--node-resume-command", metavar="CMD", help="lets a paused broker {node_id} run again")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -154,6 +156,8 @@ def target(pytestconfig: pytest.Config) -> Target:
         properties=_client_properties(pytestconfig),
         node_start_command=pytestconfig.getoption("--node-start-command"),
         node_stop_command=pytestconfig.getoption("--node-stop-command"),
+        node_pause_command=pytestconfig.getoption("--node-pause-command"),
+        node_resume_command=pytestconfig.getoption("--node-resume-command"),
     )
 
 

@@ -4,7 +4,7 @@ A Target is built once per run from the command line. It opens raw wire connecti
 when the client properties ask for it), creates uniquely named topics (through CreateTopics
 when the broker offers it, otherwise through Metadata auto-creation), translates client
 properties (librdkafka names, e.g. security.protocol, sasl.username) for each client, and
-stops and starts nodes when the run was given commands for that.
+stops, starts, pauses and resumes nodes when the run was given commands for that.
 """
 from __future__ import annotations
 
@@ -51,7 +51,12 @@ class Target:
     properties: dict[str, str] = field(default_factory=dict)
     node_start_command: str | None = None  # shell template with {node_id}
     node_stop_command: str | None = None
+    node_pause_command: str | None = None
+    node_resume_command: str | None = None
     _capabilities: Capabilities | None = None
+    _stopped: set[int] = field(default_factory=set)
+    _paused: dict[int, str] = field(default_factory=dict)  # node id -> its address
+    _disturbed: set[int] = field(default_factory=set)  # stopped or paused since the cluster was last whole
     _topic_numbers = itertools.count(1)
 
     # -- connections
@@ -66,13 +71,16 @@ class Target:
 
     def wire(self, address: str | None = None) -> WireClient:
         """A raw connection to one broker: the given one, else the first bootstrap broker that
-        accepts a connection (a test may have stopped some)."""
+        accepts a connection and is not paused (a test may have stopped or paused some; a paused
+        one accepts connections but answers nothing)."""
         if self.uses_sasl:
             pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
         if address is not None:
             return WireClient(address, ssl_context=self._ssl_context())
         refused = []
         for candidate in self.bootstrap.split(","):
+            if candidate.strip() in self._paused.values():
+                continue
             try:
                 return WireClient(candidate.strip(), ssl_context=self._ssl_context())
             except OSError as error:
@@ -216,26 +224,55 @@ class Target:
     def controls_nodes(self) -> bool:
         return bool(self.node_start_command and self.node_stop_command)
 
+    @property
+    def controls_pauses(self) -> bool:
+        return bool(self.node_pause_command and self.node_resume_command)
+
     def require_node_control(self, purpose: str) -> None:
         if not self.controls_nodes:
             pytest.skip(f"{purpose} needs --node-stop-command and --node-start-command")
 
+    def require_pause_control(self, purpose: str) -> None:
+        if not self.controls_pauses:
+            pytest.skip(f"{purpose} needs --node-pause-command and --node-resume-command")
+
     def stop_node(self, node_id: int) -> None:
         self._run_node_command(self.node_stop_command, node_id)
+        self._stopped.add(node_id)
+        self._disturbed.add(node_id)
 
-    def start_node(self, node_id: int, timeout_s: float = NODE_RETURN_TIMEOUT_S) -> None:
+    def pause_node(self, node_id: int) -> None:
+        """Freeze a node's process (SIGSTOP for the reference): it keeps its connections and its
+        registration until its session runs out, and answers nothing meanwhile."""
+        address = self.capabilities.broker(node_id).address
+        self._run_node_command(self.node_pause_command, node_id)
+        self._paused[node_id] = address
+        self._disturbed.add(node_id)
+
+    def resume_node(self, node_id: int) -> None:
+        self._run_node_command(self.node_resume_command, node_id)
+        del self._paused[node_id]
+
+    def start_node(self, node_id: int, timeout_s: float = NODE_RETURN_TIMEOUT_S, *, await_live: bool = True) -> None:
         """Start a node and wait until the cluster counts it as live again, so the next test
         finds every broker: a topic replicated to all of them is accepted (CreateTopics with
         validate_only; a broker's Metadata may still list the node's previous registration),
-        or, without CreateTopics, Metadata lists the node."""
+        or, without CreateTopics, Metadata lists the node. Without await_live it returns once
+        the start command did (while another node is paused, not every broker can be live)."""
         self._run_node_command(self.node_start_command, node_id)
-        deadline = time.monotonic() + timeout_s
-        while not self._counted_live(node_id):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"broker {node_id} not counted live within {timeout_s:.0f} s of its start")
-            time.sleep(POLL_INTERVAL_S)
+        self._stopped.discard(node_id)
+        if await_live:
+            self.await_live({node_id}, timeout_s)
 
-    def _counted_live(self, node_id: int) -> bool:
+    def await_live(self, node_ids: set[int], timeout_s: float = NODE_RETURN_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._counted_live(node_ids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"brokers {sorted(node_ids)} not counted live within {timeout_s:.0f} s")
+            time.sleep(POLL_INTERVAL_S)
+        self._disturbed -= node_ids
+
+    def _counted_live(self, node_ids: set[int]) -> bool:
         caps = self.capabilities
         with self.wire() as wire:
             version = caps.version(ApiKey.CREATE_TOPICS, 2, 7)
@@ -245,16 +282,29 @@ class Target:
                 return probe.error_code == ErrorCode.NONE
             metadata = wire.request(ApiKey.METADATA, caps.version(ApiKey.METADATA, *METADATA_VERSION_RANGE),
                                     {"topics": [], "allow_auto_topic_creation": False})
-            return any(b.node_id == node_id for b in metadata.brokers)
+            return node_ids <= {b.node_id for b in metadata.brokers}
 
     @contextlib.contextmanager
     def node_stopped(self, node_id: int):
         """Node node_id stopped for the block and started again after it, even when the block fails."""
-        self.stop_node(node_id)
+        with self.nodes_restored():
+            self.stop_node(node_id)
+            yield
+
+    @contextlib.contextmanager
+    def nodes_restored(self):
+        """For a block that stops and pauses nodes in any order: on leaving it, even when the
+        block fails, every node it left paused is resumed and every node it left stopped is
+        started again; then every node it stopped or paused is counted live."""
         try:
             yield
         finally:
-            self.start_node(node_id)
+            for node_id in sorted(self._paused):
+                self.resume_node(node_id)
+            for node_id in sorted(self._stopped):
+                self.start_node(node_id, await_live=False)
+            if self._disturbed:
+                self.await_live(set(self._disturbed))
 
     def _run_node_command(self, template: str | None, node_id: int) -> None:
         assert template, "no node command configured"

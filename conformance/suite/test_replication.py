@@ -9,10 +9,14 @@ When the run may stop and start nodes (--node-stop-command / --node-start-comman
 - a record only the leader has is not served to consumers (it is above the high watermark);
 - killing a partition's leader loses no acknowledged record, raises the leader epoch, and
   leaves every read offset as it was (once the new leader's high watermark has caught up).
+When it may also pause and resume nodes (--node-pause-command / --node-resume-command):
+- a follower whose high watermark lags records the leader acknowledged keeps them through
+  two leader changes, the first to a leader it cannot reach (KIP-101).
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -26,8 +30,19 @@ COLUMN = "wire"
 LEADER_ELECTION_TIMEOUT_S = 60.0
 POLL_S = 0.2
 RECORDS_BEFORE_KILL = 50
-RETRIABLE = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
+RETRIABLE = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS,
+             ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
 ACKS_ALL_TIMEOUT_MS = 3000  # how long the acks=all produce to a partition with a stopped replica may wait
+# The KIP-101 scenario (test_a_follower_behind_on_the_high_watermark_...). Waits that stage it,
+# where nothing can be observed; a correct broker passes whatever they are.
+RECORDS_ABOVE_FOLLOWER_HW = 20
+FOLLOWER_FETCH_S = (1.0, 2.0, 4.0)  # a running follower fetches what the leader appended; one more try each
+FETCH_ANSWER_S = 0.5  # the leader writes its answer to a paused follower's woken fetch
+ACKS_AFTER_RESUME_MS = 15_000  # an acks=all produce waits this long past its stage for the acknowledgement
+HEARTBEAT_MARGIN_S = 0.5
+BROKER_RESOURCE = 4  # DescribeConfigs resource type
+HEARTBEAT_INTERVAL_CONFIG = "broker.heartbeat.interval.ms"
+KAFKA_HEARTBEAT_INTERVAL_MS = 2000
 
 
 @pytest.mark.guarantee("DUR-1")
@@ -147,8 +162,9 @@ def test_a_fetch_in_another_leader_epoch_is_refused(target):
                    f"leader is in epoch {partition.leader_epoch}", error_name(data.error_code))
 
 
-def _produce_acked(target, topic: str, count: int) -> list:
-    """Produce count records one by one with acks=all to partition 0; every record read back.
+def _produce_acked(target, topic: str, count: int, label: str = "acked") -> list:
+    """Produce count records (values label-0, label-1, ...) one by one with acks=all to
+    partition 0; every record read back.
     Like a client, it asks Metadata again while the leader it was told of does not lead yet
     (brokers apply a new topic's metadata at their own pace)."""
     caps = target.capabilities
@@ -157,7 +173,7 @@ def _produce_acked(target, topic: str, count: int) -> list:
     while True:
         with target.leader_wire(topic) as wire:
             while produced < count:
-                response = ops.produce(wire, caps, topic, ops.values_batch([f"acked-{produced}".encode()]), acks=-1)
+                response = ops.produce(wire, caps, topic, ops.values_batch([f"{label}-{produced}".encode()]), acks=-1)
                 if response.error_code != 0:
                     break
                 produced += 1
@@ -191,3 +207,112 @@ def _expect_still_readable(target, topic: str, before: list, leader_id: int) -> 
     expect(after[:len(before)] == before, f"all {len(before)} acknowledged records at their offsets on the new "
            f"leader {leader_id} (DUR-1, VIS-2)", f"{len(after)} records; first difference at "
            f"{next((a.offset for a, b in zip(after, before) if a != b), len(after))}")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """The replicas of the KIP-101 scenario, in the order the controller elects them."""
+    leader: int
+    next_leader: int
+    lagging_follower: int
+
+
+@pytest.mark.guarantee("DUR-1")
+def test_a_follower_behind_on_the_high_watermark_keeps_acknowledged_records_through_two_leader_changes(target):
+    """KIP-101's first scenario, on a live cluster. Replicas A (leader), B, C, all in sync.
+    1. B pauses; a batch goes to A with acks=all; C fetches it, so the high watermark C was
+       told stays below it. C pauses; B resumes and fetches; A acknowledges the batch.
+    2. A dies; C resumes (A never tells it the new high watermark). After one heartbeat
+       interval B pauses, then A starts again: A's old session ends first, B is elected while
+       paused, and C learns of B. C must not cut its log to its high watermark; it asks B where
+       its epoch ends (OffsetForLeaderEpoch), which B cannot answer while paused.
+    3. B's session ends; C, the only live in-sync replica, leads. Every acknowledged record must
+       be there, once, at its offset (DUR-1): truncating to the high watermark loses the batch."""
+    caps = target.capabilities
+    caps.require_brokers(3, "a follower behind on the high watermark through two leader changes")
+    target.require_node_control("a leader kill")
+    target.require_pause_control("pausing replicas")
+    topic = target.create_topic("follower-hw", replication_factor=3, configs={"min.insync.replicas": "2"})
+    acked = [(r.offset, r.value) for r in _produce_acked(target, topic, 1)]
+    partition = _partition_zero(target, topic)
+    stage = Stage(partition.leader_id, *[r for r in partition.replica_nodes if r != partition.leader_id])
+    heartbeat_s = _broker_config_ms(target, stage.leader, HEARTBEAT_INTERVAL_CONFIG, KAFKA_HEARTBEAT_INTERVAL_MS) / 1000
+    with target.nodes_restored():
+        acked += _acknowledge_records_above_a_follower_high_watermark(target, topic, stage)
+        target.stop_node(stage.leader)
+        target.resume_node(stage.lagging_follower)
+        time.sleep(heartbeat_s + HEARTBEAT_MARGIN_S)  # staging: B's last heartbeat comes after A's
+        target.pause_node(stage.next_leader)
+        target.start_node(stage.leader, await_live=False)
+        leaders = _leaders_until(target, topic, stage.lagging_follower)
+    after = _produce_acked(target, topic, 1, "last")  # once acknowledged, all before it is below the HW
+    offsets_by_value: dict[bytes, list[int]] = {}
+    for record in after:
+        offsets_by_value.setdefault(record.value, []).append(record.offset)
+    wrong = [(offset, offsets_by_value.get(value, [])) for offset, value in acked
+             if offsets_by_value.get(value) != [offset]]
+    expect(not wrong, f"each of the {len(acked)} acknowledged records once, at its offset (DUR-1), after replica "
+           f"{stage.lagging_follower} (behind on the high watermark) learnt of leader {stage.next_leader} and then "
+           f"led", f"{len(wrong)} not so (acknowledged offset: offsets holding its value): "
+           f"{', '.join(f'{o}: {found}' for o, found in wrong[:5])}{' ...' if len(wrong) > 5 else ''}; "
+           f"leaders after the kill of {stage.leader}: {leaders}")
+
+
+def _acknowledge_records_above_a_follower_high_watermark(target, topic: str, stage: Stage) -> list[tuple]:
+    """Step 1: (offset, value) of records A acknowledged with acks=all while C, paused, holds
+    them but was last told a high watermark below them. Nothing shows whether C fetched the
+    batch before it paused; the acknowledgement does (C is in the ISR), so a stage that missed
+    is run again with a longer wait."""
+    caps = target.capabilities
+    version = caps.version_or_skip(ApiKey.PRODUCE, *ops.PRODUCE_RANGE)
+    leader_address = caps.broker(stage.leader).address
+    for attempt, follower_fetch_s in enumerate(FOLLOWER_FETCH_S):
+        values = [f"above-hw-{attempt}-{i}".encode() for i in range(RECORDS_ABOVE_FOLLOWER_HW)]
+        stage_ms = int((follower_fetch_s + FETCH_ANSWER_S) * 1000) + ACKS_AFTER_RESUME_MS
+        with target.wire(leader_address) as producer, target.wire(leader_address) as waker:
+            target.pause_node(stage.next_leader)
+            sent = producer.send(ApiKey.PRODUCE, version, ops.produce_body(topic, ops.values_batch(values), 0, -1,
+                                                                           timeout_ms=stage_ms))
+            time.sleep(follower_fetch_s)
+            target.pause_node(stage.lagging_follower)
+            # An acks=1 record answers the fetch C left parked, with the high watermark B holds back.
+            ops.produce(waker, caps, topic, ops.values_batch([b"answers-the-paused-fetch"]), acks=1)
+            time.sleep(FETCH_ANSWER_S)
+            target.resume_node(stage.next_leader)
+            response = producer.receive(ApiKey.PRODUCE, version, sent, timeout_s=stage_ms / 1000 + POLL_S)
+        answer = response.responses[0].partition_responses[0]
+        if answer.error_code == ErrorCode.NONE:
+            return [(answer.base_offset + i, value) for i, value in enumerate(values)]
+        target.resume_node(stage.lagging_follower)
+    pytest.skip(f"could not stage: replica {stage.lagging_follower} had not fetched a batch within "
+                f"{FOLLOWER_FETCH_S[-1]:.0f} s of its append ({error_name(answer.error_code)})")
+
+
+def _leaders_until(target, topic: str, wanted: int) -> list[int]:
+    """Partition 0's leaders as Metadata shows them, in order, until `wanted` leads or the
+    election bound passes (a broker may elect otherwise; the test then checks what it did)."""
+    leaders: list[int] = []
+    deadline = time.monotonic() + LEADER_ELECTION_TIMEOUT_S
+    while (not leaders or leaders[-1] != wanted) and time.monotonic() < deadline:
+        try:  # a restarting node may refuse or close the connection, or not know the topic yet
+            leader = next((p.leader_id for p in _partition_metadata(target, topic) if p.partition_index == 0), None)
+        except OSError:
+            leader = None
+        if leader is not None and (not leaders or leaders[-1] != leader):
+            leaders.append(leader)
+        time.sleep(POLL_S)
+    return leaders
+
+
+def _broker_config_ms(target, node_id: int, name: str, default_ms: int) -> int:
+    """A broker's setting (DescribeConfigs), or Kafka's default when the broker does not say."""
+    version = target.capabilities.version(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+    if version is None:
+        return default_ms
+    with target.wire(target.capabilities.broker(node_id).address) as wire:
+        result = wire.request(ApiKey.DESCRIBE_CONFIGS, version, {
+            "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(node_id),
+                           "configuration_keys": [name]}],
+            "include_synonyms": False, "include_documentation": False}).results[0]
+    entry = next((c for c in result.configs if c.name == name), None)
+    return int(entry.value) if result.error_code == ErrorCode.NONE and entry and entry.value else default_ms

@@ -37,9 +37,9 @@ def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_d
 
     With --nodes N: one `kspec broker` process per node on 127.0.0.1 in combined mode
     (broker and controller), each with its own port and data dir. Once every partition has
-    a leader it prints each node's pid and command line, the commands that stop (kill -9)
-    and start one node, and a line with bootstrap=HOST:PORT,...; Ctrl-C stops all. The node
-    commands are what `kspec conformance` takes to kill leaders.
+    a leader it prints each node's pid and command line, the commands that stop (kill -9),
+    start, pause (SIGSTOP) and resume one node, and a line with bootstrap=HOST:PORT,...;
+    Ctrl-C stops all. The node commands are what `kspec conformance` takes to kill leaders.
 
     \b
     Examples:
@@ -70,8 +70,8 @@ def run_local_cluster(nodes: int, base_port: int | None, data_dir: str) -> None:
         raise OpsError(str(e)) from None
     for node_id in local_cluster.node_ids:
         click.echo(f"node {node_id} pid={local_cluster.pid(node_id)} {shlex.join(local_cluster.node_command(node_id))}")
-    click.echo(f"node control: --node-stop-command {shlex.quote(local_cluster.command('stop'))} "
-               f"--node-start-command {shlex.quote(local_cluster.command('start'))}")
+    click.echo("node control: " + " ".join(f"--node-{verb}-command {shlex.quote(local_cluster.command(verb))}"
+                                          for verb in ("stop", "start", "pause", "resume")))
     click.echo(f"kspec cluster ready nodes={nodes} bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
     while not stopping.wait(1.0):
         pass

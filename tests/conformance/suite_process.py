@@ -1,29 +1,49 @@
 """The conformance suite run as users run it, `kspec conformance ...` in its own process, and the
 reference targets the tests here run it against (one `kspec broker`, or a 3-node cluster whose
-nodes the suite may stop and start)."""
+nodes the suite may stop, start, pause and resume)."""
 from __future__ import annotations
 
 import contextlib
 import json
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.nodes import VERBS as NODE_VERBS
 from conformance.nodes import LocalCluster
 from reference.process import BrokerProcess
 
 RUN_TIMEOUT_S = 300.0
 CLUSTER_NODES = 3
 
-# Each historical-bug switch of the reference (reference/config.py) -> the reference it needs and
-# the suite test that observes it. kspec.bug.truncation has none (see test_bug_switches.py).
+# A follower a test stops stays in the ISR for the whole test, however loaded the machine.
+SLOW_FAILURE_DETECTION = {"broker.session.timeout.ms": "60000", "replica.lag.time.max.ms": "60000"}
+# The truncation scenario waits for a paused broker's session to run out: a short one keeps it quick.
+QUICK_FENCING = {"broker.heartbeat.interval.ms": "500", "broker.session.timeout.ms": "6000"}
+
+
+@dataclass(frozen=True)
+class BugSwitch:
+    """How one historical-bug switch of the reference (reference/config.py) is shown: the
+    reference it needs, the suite test that observes it, the value that turns it on, and the
+    timeouts of the reference it runs against."""
+    kind: str  # "single" or "cluster"
+    test: str
+    value: str = "true"
+    overrides: dict[str, str] = field(default_factory=lambda: SLOW_FAILURE_DETECTION)
+
+
 BUG_SWITCHES = {
-    "kspec.bug.ack.before.isr": ("cluster", "test_acks_all_is_not_acknowledged_while_an_in_sync_replica_is_down"),
-    "kspec.bug.read.above.hw": ("cluster", "test_a_record_only_the_leader_has_is_not_served"),
-    "kspec.bug.count.fenced.follower.into.hw": ("cluster", "test_a_fetch_in_another_leader_epoch_is_refused"),
-    "kspec.bug.serve.aborted.to.read.committed": ("single", "test_read_committed_sees_committed_records_only"),
+    "kspec.bug.ack.before.isr": BugSwitch("cluster", "test_acks_all_is_not_acknowledged_while_an_in_sync_replica_is_down"),
+    "kspec.bug.read.above.hw": BugSwitch("cluster", "test_a_record_only_the_leader_has_is_not_served"),
+    "kspec.bug.count.fenced.follower.into.hw": BugSwitch("cluster", "test_a_fetch_in_another_leader_epoch_is_refused"),
+    "kspec.bug.serve.aborted.to.read.committed": BugSwitch("single", "test_read_committed_sees_committed_records_only"),
     "kspec.bug.late.produce.joins.next.transaction":
-        ("single", "test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused"),
+        BugSwitch("single", "test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused"),
+    "kspec.bug.truncation": BugSwitch(
+        "cluster", "test_a_follower_behind_on_the_high_watermark_keeps_acknowledged_records_through_two_leader_changes",
+        value="hw", overrides=QUICK_FENCING),
 }
 
 
@@ -48,5 +68,4 @@ def reference(kind: str, base_dir: Path, overrides: dict[str, str] | None = None
             yield broker.bootstrap, []
     else:
         with LocalCluster(str(base_dir / "cluster"), CLUSTER_NODES, overrides) as cluster:
-            yield cluster.bootstrap, ["--node-stop-command", cluster.command("stop"),
-                                      "--node-start-command", cluster.command("start")]
+            yield cluster.bootstrap, [f"--node-{verb}-command={cluster.command(verb)}" for verb in NODE_VERBS]

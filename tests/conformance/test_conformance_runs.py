@@ -56,7 +56,7 @@ def test_reference_broker_passes_with_only_justified_skips(reference_run):
     assert all(t["message"] for t in skips), "every skip carries its reason"
     assert all("brokers" in t["message"] for t in skips), [f"{t['test']}: {t['message']}" for t in skips]
     passed = {t["test"] for t in document["tests"] if t["outcome"] == "passed"}
-    assert {name for kind, name in BUG_SWITCHES.values() if kind == "single"} <= passed
+    assert {s.test for s in BUG_SWITCHES.values() if s.kind == "single"} <= passed
 
 
 def test_reference_cluster_passes_everything_with_node_control(tmp_path):
@@ -64,7 +64,7 @@ def test_reference_cluster_passes_everything_with_node_control(tmp_path):
         exit_code, document, stdout = run_quick(bootstrap, tmp_path, *extra)
     not_passed = [f"{t['test']} {t['outcome']}: {t['message']}" for t in document["tests"] if t["outcome"] != "passed"]
     assert not_passed == [] and exit_code == 0, "\n".join(not_passed) + stdout[-3000:]
-    assert {name for kind, name in BUG_SWITCHES.values() if kind == "cluster"} <= {t["test"] for t in document["tests"]}
+    assert {s.test for s in BUG_SWITCHES.values() if s.kind == "cluster"} <= {t["test"] for t in document["tests"]}
 
 
 def test_reference_results_name_guarantees_in_json_junit_and_html(reference_run):
