@@ -24,8 +24,7 @@ def handle_create_topics(broker: Broker, request, context: RequestContext) -> di
         result = {"name": wanted.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.NONE, "error_message": None,
                   "num_partitions": DEFAULT, "replication_factor": DEFAULT, "configs": []}
         try:
-            if counts[wanted.name] > 1:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {wanted.name!r} appears more than once")
+            _refuse_duplicate(counts, wanted.name)
             num_partitions, replication_factor = _from_assignments(broker, wanted)
             configs = {config.name: config.value for config in wanted.configs if config.value is not None}
             topic = broker.create_topic(wanted.name, num_partitions, replication_factor, configs,
@@ -41,6 +40,13 @@ def handle_create_topics(broker: Broker, request, context: RequestContext) -> di
             result.update(error_code=e.code, error_message=e.message or None)
         results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _refuse_duplicate(counts: Counter, name: str) -> None:
+    """A topic named twice in one request is refused both times, as Kafka's controller does:
+    the second change would be decided from the state the first has not changed yet."""
+    if counts[name] > 1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name!r} appears more than once")
 
 
 def _from_assignments(broker: Broker, wanted) -> tuple[int, int]:
@@ -86,10 +92,12 @@ def handle_delete_topics(broker: Broker, request, context: RequestContext) -> di
 
 
 def handle_create_partitions(broker: Broker, request, context: RequestContext) -> dict:
+    counts = Counter(topic.name for topic in request.topics)
     results = []
     for wanted in request.topics:
         result = {"name": wanted.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            _refuse_duplicate(counts, wanted.name)
             if wanted.assignments is not None:
                 added = wanted.count - broker.topic(wanted.name).partition_count
                 if len(wanted.assignments) != added:

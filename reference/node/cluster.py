@@ -16,12 +16,20 @@ A (re)started broker acts on its partitions only once its own registration is co
 registration fences its previous incarnation, which moves that incarnation's leaderships
 away, so a broker that lost the tail of its log never serves as the leader it was.
 
+Every node must replay every committed record, or its view diverges from the quorum's for
+good. So the active controller replays a command's records on a copy of its state before it
+queues them, and refuses the command when one would not replay; and a node whose replay of a
+committed record fails anyway logs the record and stops the process at once, as Kafka's
+controller does through its fatal fault handler (ProcessTerminatingFaultHandler).
+
 Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py) moves messages.
 """
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
+import logging
 import os
 import uuid
 
@@ -47,8 +55,29 @@ from reference.replication import (
 from reference.storage import AppendOrigin, Log
 
 IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", "ProducerIdsRecord"}
+METADATA_REPLAY_FAILED_EXIT_STATUS = 1  # Kafka's ProcessTerminatingFaultHandler halts with 1
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 ALTER_PARTITION_RESEND_MS = 2000  # a proposal nobody answered is sent again (e.g. to a new controller)
+
+log = logging.getLogger("kspec.cluster")
+
+
+def replay(controller: ControllerState, image: MetadataImage, record: dict) -> None:
+    """One metadata record into the node's two views; raises when the record contradicts them."""
+    kind = record["type"]
+    if kind != "ProducerIdsRecord":
+        controller.apply(record)
+    if kind in IMAGE_RECORD_TYPES:
+        image.apply(record)
+
+
+def halt_on_replay_failure(offset: int, record: dict) -> None:
+    """The last line of defence: a node that cannot replay a committed record stops, loudly,
+    instead of serving from a view that lacks it (and the rest of its batch) from now on."""
+    log.critical("metadata record at offset %d failed to replay; stopping this node: %s", offset, record,
+                 exc_info=True)
+    logging.shutdown()  # flush the log before the process is gone
+    os._exit(METADATA_REPLAY_FAILED_EXIT_STATUS)  # no shutdown steps: they would act on the diverged view
 
 
 class ClusterBroker(Broker):
@@ -107,7 +136,7 @@ class ClusterBroker(Broker):
 
     def apply_committed(self, now_ms: int) -> None:
         """Replay newly committed metadata records, then bring the touched partitions up to date."""
-        for _, entry in self.raft.take_committed():
+        for offset, entry in self.raft.take_committed():
             if entry.record["type"] == "LeaderChangeMessage":
                 if self.raft.role is RaftRole.LEADER and entry.epoch == self.raft.epoch:
                     self._active_epoch = self.raft.epoch
@@ -116,7 +145,10 @@ class ClusterBroker(Broker):
                     # now, so a broker that died with the previous controller is fenced in time.
                     self.controller.last_heartbeat_ms = dict.fromkeys(self.controller.brokers, now_ms)
                 continue
-            self._apply(entry.record)
+            try:
+                self._apply(entry.record)
+            except Exception:  # any exception: the view is now unknown
+                halt_on_replay_failure(offset, entry.record)
         if self.raft.role is not RaftRole.LEADER:
             self._active_epoch = -1
             self.pending_records.clear()  # decided from a state a later controller may have changed
@@ -133,10 +165,7 @@ class ClusterBroker(Broker):
                 replica = self.partitions.pop(TopicPartition(topic.name, index), None)
                 if replica is not None:
                     replica.log.delete()
-        if kind != "ProducerIdsRecord":
-            self.controller.apply(record)
-        if kind in IMAGE_RECORD_TYPES:
-            self.image.apply(record)
+        replay(self.controller, self.image, record)
         if kind == "RegisterBrokerRecord" and record["incarnation_id"] == self.incarnation_id:
             self.registered = True
             self._dirty |= {TopicPartition(topic.name, index) for topic in self.controller.topics.values()
@@ -177,21 +206,42 @@ class ClusterBroker(Broker):
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int) -> int:
         """BrokerRegistration on the active controller; returns the records' count queued."""
         records = self.controller.register_broker(broker_id, incarnation_id, host, port, now_ms)
-        self.pending_records += records
+        self._queue(records)
         return len(records)
 
     def broker_heartbeat(self, broker_id: int, broker_epoch: int, want_shutdown: bool, now_ms: int) -> None:
-        self.pending_records += self.controller.heartbeat(broker_id, broker_epoch, now_ms, want_shutdown)
+        self._queue(self.controller.heartbeat(broker_id, broker_epoch, now_ms, want_shutdown))
 
     def alter_partition(self, request: dict) -> None:
-        self.pending_records += self.controller.alter_partition(
+        self._queue(self.controller.alter_partition(
             request["broker_id"], request["broker_epoch"], uuid.UUID(request["topic_id"]), request["partition"],
-            request["leader_epoch"], request["partition_epoch"], request["new_isr"])
+            request["leader_epoch"], request["partition_epoch"], request["new_isr"]))
 
     def controller_tick(self, now_ms: int) -> None:
         """Fence a broker whose session expired, else elect leaders for offline partitions."""
-        self.pending_records += self.controller.fence_expired_brokers(now_ms) or self.controller.elect_leaders(
-            preferred=False)
+        self._queue(self.controller.fence_expired_brokers(now_ms) or self.controller.elect_leaders(preferred=False))
+
+    def _queue(self, records: list[dict]) -> None:
+        """Queue a command's records for the quorum once they replay on a copy of the state they
+        will meet (applied, then proposed, then queued before them). A record that fails there
+        would stop every node that replays it (halt_on_replay_failure), so the command is refused."""
+        if not records:
+            return
+        controller, image = copy.deepcopy((self.controller, self.image))
+        for record in [*self._records_not_yet_applied(), *records]:
+            try:
+                replay(controller, image, record)
+            except Exception as error:  # whatever replay would raise on every node
+                log.error("the active controller refuses a record that would not replay: %s", record, exc_info=True)
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"record {record} would not replay: {error!r}") from error
+        self.pending_records += records
+
+    def _records_not_yet_applied(self) -> list[dict]:
+        """This controller's records that the state it decides from lacks: proposed to the quorum
+        and not yet applied, then pending."""
+        unapplied = self.raft.log[self.raft.applied_offset - self.raft.log_start_offset:]
+        return [*(entry.record for entry in unapplied if entry.record["type"] != "LeaderChangeMessage"),
+                *self.pending_records]
 
     def take_pending_records(self) -> list[dict]:
         records, self.pending_records = self.pending_records, []
@@ -218,20 +268,18 @@ class ClusterBroker(Broker):
         self.log_config(configs)  # validates
         records = self.controller.create_topic(name, num_partitions, replication_factor, configs)
         if not validate_only:
-            self.pending_records += records
+            self._queue(records)
         return TopicImage(name, uuid.UUID(records[0]["topic_id"]), num_partitions, dict(configs))
 
     def _topic_names_not_yet_applied(self) -> set[str]:
         """Topics in this controller's records that are not applied yet: pending, or proposed to the
         quorum and not yet committed. The state the controller decides from lacks them, and a second
         ask for one of them would otherwise commit its TopicRecord twice."""
-        unapplied = self.raft.log[self.raft.applied_offset - self.raft.log_start_offset:]
-        return {record["name"] for record in [*self.pending_records, *(entry.record for entry in unapplied)]
-                if record["type"] == "TopicRecord"}
+        return {record["name"] for record in self._records_not_yet_applied() if record["type"] == "TopicRecord"}
 
     def delete_topic(self, name: str, now_ms: int) -> None:
         topic = self.topic(name)
-        self.pending_records.append({"type": "RemoveTopicRecord", "topic_id": str(topic.topic_id)})
+        self._queue([{"type": "RemoveTopicRecord", "topic_id": str(topic.topic_id)}])
 
     def create_partitions(self, name: str, count: int, validate_only: bool, now_ms: int) -> None:
         topic = self.topic(name)
@@ -250,7 +298,7 @@ class ClusterBroker(Broker):
                             "replicas": replicas, "isr": replicas, "leader": replicas[0], "leader_epoch": 0,
                             "partition_epoch": 0})
         if not validate_only:
-            self.pending_records += records
+            self._queue(records)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool,
                             now_ms: int) -> None:
@@ -258,16 +306,16 @@ class ClusterBroker(Broker):
         updated = {key: value for key, value in {**topic.configs, **configs}.items() if value is not None}
         self.log_config(updated)
         if not validate_only:
-            self.pending_records += [{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": name,
-                                      "name": key, "value": value} for key, value in sorted(configs.items())]
+            self._queue([{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": name,
+                          "name": key, "value": value} for key, value in sorted(configs.items())])
 
     def allocate_producer_id(self, now_ms: int) -> int:
         if self._producer_id_next >= self.image.next_producer_id + sum(
                 PRODUCER_ID_BLOCK_SIZE for r in self.pending_records if r["type"] == "ProducerIdsRecord"):
             block_end = max(self._producer_id_next, self.image.next_producer_id) + PRODUCER_ID_BLOCK_SIZE
             self._producer_id_next = block_end - PRODUCER_ID_BLOCK_SIZE
-            self.pending_records.append({"type": "ProducerIdsRecord", "node_id": self.config.node_id,
-                                         "next_producer_id": block_end})
+            self._queue([{"type": "ProducerIdsRecord", "node_id": self.config.node_id,
+                          "next_producer_id": block_end}])
         producer_id = self._producer_id_next
         self._producer_id_next += 1
         return producer_id

@@ -1,6 +1,7 @@
 """The active controller's records, on ClusterBrokers driven by hand (sans-IO): a topic is
-created once however often it is asked for before its records are applied, and a node that
-is not the active controller asks the controller instead of making records of its own."""
+created once however often it is asked for before its records are applied, a command whose
+records would not replay is refused before they reach the quorum, and a node that is not the
+active controller asks the controller instead of making records of its own."""
 from __future__ import annotations
 
 import pytest
@@ -54,6 +55,19 @@ def test_a_topic_asked_for_again_before_its_records_are_applied_is_created_once(
     assert raised.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
     controller.apply_committed(ELECTION_MS)
     assert topic_records(controller) == ["t"] and controller.topic("t").partition_count == 1
+
+
+def test_a_command_whose_records_would_not_replay_is_refused_before_the_quorum_sees_them(controller):
+    controller.create_topic("t", 1, 1, {}, validate_only=False, now_ms=ELECTION_MS)
+    commit(controller)
+    controller.create_partitions("t", 3, validate_only=False, now_ms=ELECTION_MS)  # partitions 1 and 2, pending
+    with pytest.raises(KafkaError) as raised:  # decided from the applied state, it adds partitions 1 and 2 again
+        controller.create_partitions("t", 3, validate_only=False, now_ms=ELECTION_MS)
+    assert raised.value.code == ErrorCode.UNKNOWN_SERVER_ERROR and "would not replay" in raised.value.message
+    commit(controller)  # every node would have stopped on the second PartitionRecord for partition 1
+    added = [entry.record["partition_id"] for entry in controller.raft.log if entry.record["type"] == "PartitionRecord"]
+    assert added == [0, 1, 2] and controller.topic("t").partition_count == 3
+    assert all(controller.partition_metadata("t", index)["leader_id"] == 1 for index in range(3))
 
 
 def test_a_node_that_is_not_the_active_controller_asks_it_for_an_auto_created_topic(tmp_path):
