@@ -24,6 +24,7 @@ from typing import Any
 
 NO_LEADER = -1
 NOT_VOTED = -1
+NO_DEADLINE_MS = 2**62  # next_tick_ms of a single-voter leader: nothing timed can happen
 FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
 
 
@@ -189,6 +190,23 @@ class RaftNode:
                 self._send_fetch(now_ms)
         if now_ms >= self._timer_deadline_ms:
             self._become_prospective(now_ms)
+
+    @property
+    def next_tick_ms(self) -> int:
+        """When `tick` next has work to do: a follower's next poll or its election timer, or the
+        moment the leader's quorum check could fail. Ticking earlier is harmless, so a caller may
+        sleep until then, and ticks again at once after an input that moved it to the past."""
+        if self._timer_deadline_ms < 0:
+            return self._timer_deadline_ms  # never ticked yet
+        if self.role is RaftRole.LEADER:
+            if self.majority == 1:
+                return NO_DEADLINE_MS
+            heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
+            return heard_ms[self.majority - 2] + self.config.fetch_timeout_ms
+        if self.role is RaftRole.FOLLOWER and self.leader_id not in (NO_LEADER, self.node_id):
+            fetch_due_ms = self._fetch_sent_ms + self.config.fetch_interval_ms if self._fetch_sent_ms >= 0 else -1
+            return min(fetch_due_ms, self._timer_deadline_ms)
+        return self._timer_deadline_ms
 
     def propose(self, records: list) -> int:
         """Append records as leader; return the offset they commit at (the HW must pass it)."""
@@ -379,7 +397,8 @@ class RaftNode:
             return  # an answer to an older fetch, overtaken by a later one (the network may reorder)
         self._last_leader_contact_ms = now_ms
         self._reset_election_timer(now_ms)
-        self._fetch_sent_ms = -1  # fetch again at the next tick
+        if response.snapshot is not None or response.diverging_end_offset >= 0 or response.entries:
+            self._fetch_sent_ms = -1  # more may follow, and the leader commits on our next fetch: at once
         if response.snapshot is not None:
             self.log, self.snapshot = [], response.snapshot
             self.applied_offset = self.high_watermark = response.snapshot.end_offset

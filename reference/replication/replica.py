@@ -101,7 +101,7 @@ class ReplicaFetch:
 @dataclass(frozen=True)
 class FetchAnswer:
     error: ErrorCode
-    records: bytes = b""
+    records: bytes | memoryview = b""  # whole batches, as the leader's log holds them
     high_watermark: int = UNKNOWN_OFFSET
     log_start_offset: int = UNKNOWN_OFFSET
     log_end_offset: int = UNKNOWN_OFFSET
