@@ -16,6 +16,7 @@ import uuid
 
 from conformance.wire import WireClient
 from reference.controller.raft import RaftConfig
+from reference.controller.state import TOPIC_RESOURCE
 from reference.node.broker import METADATA_PARTITION_DIR
 from reference.node.cluster import METADATA_REPLAY_FAILED_EXIT_STATUS
 from reference.node.quorum import DurableRaftNode
@@ -66,7 +67,7 @@ def test_a_node_that_cannot_replay_a_committed_record_exits_naming_it(tmp_path):
         node = cluster.nodes[1]
         assert node.stop() == 0
         duplicate = {"type": "TopicRecord", "name": topic, "topic_id": str(uuid.uuid4())}
-        write_as_leader(node.data_dir, 1, [duplicate, {"type": "ConfigRecord", "resource_type": 2,
+        write_as_leader(node.data_dir, 1, [duplicate, {"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE,
                                                        "resource_name": topic, "name": "retention.ms", "value": "1"}])
         try:
             node.start()
