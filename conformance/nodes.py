@@ -158,21 +158,28 @@ class LocalCluster:
         self.wait_ready()
         return self.bootstrap
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until every node is a registered broker, a controller is known and every partition has a leader."""
+    def metadata(self):
+        """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        try:
+            return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=2)
+        except KafkaException:
+            return None
+
+    def controller_id(self) -> int:
+        metadata = self.metadata()
+        return -1 if metadata is None else metadata.controller_id
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Until every node is a registered broker, a controller is known and every partition has a leader."""
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                metadata = admin.list_topics(timeout=2)
-                if (len(metadata.brokers) == len(self.node_ids) and metadata.controller_id >= 0
-                        and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
-                    return
-            except KafkaException:
-                pass
+            metadata = self.metadata()
+            if (metadata is not None and len(metadata.brokers) == len(self.node_ids) and metadata.controller_id >= 0
+                    and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster {self.bootstrap} not ready within {timeout_s:.0f} s")
             time.sleep(POLL_S)

@@ -266,11 +266,19 @@ class Target:
 
     def await_live(self, node_ids: set[int], timeout_s: float = NODE_RETURN_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
-        while not self._counted_live(node_ids):
+        while not self._answers_live(node_ids):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"brokers {sorted(node_ids)} not counted live within {timeout_s:.0f} s")
             time.sleep(POLL_INTERVAL_S)
         self._disturbed -= node_ids
+
+    def _answers_live(self, node_ids: set[int]) -> bool:
+        """_counted_live, False when the connection drops meanwhile (as one may while the
+        controller quorum changes leader): a client reconnects and asks again."""
+        try:
+            return self._counted_live(node_ids)
+        except OSError:
+            return False
 
     def _counted_live(self, node_ids: set[int]) -> bool:
         caps = self.capabilities

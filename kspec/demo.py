@@ -1,7 +1,8 @@
 """`kspec demo`: the main job, end to end, with a summary a person can read.
 
 1. start a 3-node reference cluster (one OS process per node, a KRaft-style quorum);
-2. run the conformance suite against it through real clients (--quick, to fit the budget);
+2. run the conformance suite against it through real clients (--quick, to fit the budget),
+   with the cluster's node commands, so leader kills and pauses are part of it;
 3. a fault run: a fresh 3-node cluster under partitions, leader kills and pauses for
    FAULT_TIME_LIMIT_S while the Jepsen-style workload records every operation;
 4. check that history with Spark (every anomaly family, by guarantee id);
@@ -30,7 +31,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from reference.process import ClusterProcess
+from conformance.nodes import VERBS as NODE_VERBS
+from conformance.nodes import LocalCluster
 from reports.index import write_index
 from reports.run import CHECK_DIR, CONFORMANCE_DIR, LATEST_DIR, RESULTS_FILE, RUNS_DIR, render_run
 
@@ -96,9 +98,11 @@ def _json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _conformance(bootstrap: str, out: Path) -> Step:
-    code = _kspec("conformance", "--bootstrap-servers", bootstrap, "--quick", "--report", str(out),
-                  "--junit-xml", str(out / "junit.xml"), timeout_s=CONFORMANCE_TIMEOUT_S)
+def _conformance(cluster: LocalCluster, out: Path) -> Step:
+    code = _kspec("conformance", "--bootstrap-servers", cluster.bootstrap, "--quick", "--report", str(out),
+                  "--junit-xml", str(out / "junit.xml"),
+                  *[f"--node-{verb}-command={cluster.command(verb)}" for verb in NODE_VERBS],
+                  timeout_s=CONFORMANCE_TIMEOUT_S)
     document = _json(out / "conformance.json")
     if document is None:
         return Step("conformance suite (--quick)", "FAILED", f"no result ({_exit(code, CONFORMANCE_TIMEOUT_S)})",
@@ -112,12 +116,13 @@ def _conformance(bootstrap: str, out: Path) -> Step:
 
 def _cluster_and_conformance(work: Path, conformance_out: Path, console: Console) -> list[Step]:
     started = time.monotonic()
+    cluster = LocalCluster(str(work / "cluster"), NODES)
     try:
-        cluster = ClusterProcess(str(work / "cluster"), NODES)
         cluster.start()
     except Exception as e:  # a cluster that did not come up is a failed step, reported with the reason
+        cluster.stop()  # the nodes that did start run detached
         return [Step(f"{NODES}-node reference cluster", "FAILED", f"{type(e).__name__}: {e}",
-                     f"{work / 'cluster'}/node*.stderr.log", time.monotonic() - started),
+                     f"{work / 'cluster'}/node*.log", time.monotonic() - started),
                 Step("conformance suite (--quick)", "not run", "no cluster", "")]
     try:
         ready_s = time.monotonic() - started
@@ -127,7 +132,7 @@ def _cluster_and_conformance(work: Path, conformance_out: Path, console: Console
                       "one `kspec broker` process per node", ready_s)]
         console.rule("conformance suite against the cluster (kspec conformance --quick)")
         started = time.monotonic()
-        steps.append(_conformance(cluster.bootstrap, conformance_out))
+        steps.append(_conformance(cluster, conformance_out))
         steps[-1].seconds = time.monotonic() - started
     finally:
         cluster.stop()
