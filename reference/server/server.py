@@ -62,6 +62,23 @@ async def cancel_and_wait(tasks) -> None:
         _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
 
 
+async def send_chunks(connection: socket.socket, chunks: list) -> None:
+    """Send a response's chunks in order from the chunks themselves (no join): one sendmsg,
+    so the parts leave together and the peer wakes once, then sock_sendall for whatever the
+    socket did not take at once."""
+    try:
+        sent_bytes = connection.sendmsg(chunks)
+    except (BlockingIOError, InterruptedError):
+        sent_bytes = 0
+    for chunk in chunks:
+        chunk = memoryview(chunk)
+        if sent_bytes >= chunk.nbytes:
+            sent_bytes -= chunk.nbytes
+            continue
+        await asyncio.get_running_loop().sock_sendall(connection, chunk[sent_bytes:])
+        sent_bytes = 0
+
+
 class BrokerServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -121,8 +138,9 @@ class BrokerServer:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
             while received := await loop.sock_recv_into(connection, decoder.get_buffer()):
                 for frame in decoder.buffer_updated(received):
-                    for chunk in await self._handle(frame) or ():
-                        await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
+                    chunks = await self._handle(frame)
+                    if chunks:
+                        await send_chunks(connection, chunks)
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
         except (ConnectionError, asyncio.CancelledError):
