@@ -327,9 +327,13 @@ class ClusterBroker(Broker):
     # ------------------------------------------------------------ metadata for clients
 
     def metadata_brokers(self) -> list[tuple[int, str, int, bool]]:
-        """(id, host, port, fenced) of every registered broker."""
-        return [(b.broker_id, b.host, b.port, b.fenced) for b in sorted(self.controller.brokers.values(),
-                                                                         key=lambda b: b.broker_id)]
+        """(id, host, port, fenced) of every registered broker. This node shows itself fenced until
+        its own incarnation is registered and unfenced: the registration replayed before that is a
+        killed predecessor's, which the controller counts live until the new one fences it. (A Kafka
+        broker serves clients only once registered, caught up and unfenced, KIP-631.)"""
+        own_broker_live = self.broker_epoch >= 0 and not self.controller.brokers[self.config.node_id].fenced
+        return [(b.broker_id, b.host, b.port, b.fenced or (b.broker_id == self.config.node_id and not own_broker_live))
+                for b in sorted(self.controller.brokers.values(), key=lambda b: b.broker_id)]
 
     def partition_metadata(self, name: str, index: int) -> dict:
         registration = self.controller.topics[self.controller.topic_ids[name]].partitions[index]

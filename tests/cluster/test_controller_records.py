@@ -1,7 +1,8 @@
 """The active controller's records, on ClusterBrokers driven by hand (sans-IO): a topic is
 created once however often it is asked for before its records are applied, a command whose
-records would not replay is refused before they reach the quorum, and a node that is not the
-active controller asks the controller instead of making records of its own."""
+records would not replay is refused before they reach the quorum, a node that is not the
+active controller asks the controller instead of making records of its own, and a restarted
+node does not show itself live on its predecessor's registration."""
 from __future__ import annotations
 
 import pytest
@@ -77,3 +78,24 @@ def test_a_node_that_is_not_the_active_controller_asks_it_for_an_auto_created_to
         follower.create_topic("t", -1, -1, {}, validate_only=False, now_ms=0)
     assert raised.value.code == ErrorCode.LEADER_NOT_AVAILABLE
     assert follower.pending_records == [] and follower.wanted_internal_topics == {"t": (-1, -1, {})}
+
+
+def test_a_restarted_node_shows_itself_fenced_until_its_own_incarnation_is_registered_and_unfenced(
+        controller, tmp_path):
+    controller.close()  # its process is killed: the log holds its registration, unfenced
+    restarted = cluster_broker(tmp_path, "1@127.0.0.1:9092")
+    for now_ms in (0, ELECTION_MS):
+        restarted.raft.tick(now_ms)
+    restarted.apply_committed(ELECTION_MS)
+    assert not restarted.controller.brokers[1].fenced  # the predecessor, still counted live by the controller
+
+    def fenced_in_metadata() -> bool:
+        return {broker_id: fenced for broker_id, _, _, fenced in restarted.metadata_brokers()}[1]
+
+    assert fenced_in_metadata()  # clients are not sent to a broker that is not registered yet
+    restarted.register_broker(1, restarted.incarnation_id, "127.0.0.1", 9092, ELECTION_MS)
+    commit(restarted)  # fences the predecessor, registers this incarnation fenced
+    assert restarted.broker_epoch >= 0 and fenced_in_metadata()
+    restarted.broker_heartbeat(1, restarted.broker_epoch, want_shutdown=False, now_ms=ELECTION_MS)
+    commit(restarted)
+    assert not fenced_in_metadata()
