@@ -233,7 +233,8 @@ class ClusterBroker(Broker):
                 replay(controller, image, record)
             except Exception as error:  # whatever replay would raise on every node
                 log.error("the active controller refuses a record that would not replay: %s", record, exc_info=True)
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"record {record} would not replay: {error!r}") from error
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"record {record} would not replay: {error!r}") from error
         self.pending_records += records
 
     def _records_not_yet_applied(self) -> list[dict]:
