@@ -223,9 +223,10 @@ def test_a_follower_behind_on_the_high_watermark_keeps_acknowledged_records_thro
     1. B pauses; a batch goes to A with acks=all; C fetches it, so the high watermark C was
        told stays below it. C pauses; B resumes and fetches; A acknowledges the batch.
     2. A dies; C resumes (A never tells it the new high watermark). After one heartbeat
-       interval B pauses, then A starts again: A's old session ends first, B is elected while
-       paused, and C learns of B. C must not cut its log to its high watermark; it asks B where
-       its epoch ends (OffsetForLeaderEpoch), which B cannot answer while paused.
+       interval B pauses, then A starts again. A's old registration ends (its session runs out,
+       or its restart replaces it) before B's session does, so B is elected while paused, and C
+       learns of B. C must not cut its log to its high watermark; it asks B where its epoch
+       ends (OffsetForLeaderEpoch), which B cannot answer while paused.
     3. B's session ends; C, the only live in-sync replica, leads. Every acknowledged record must
        be there, once, at its offset (DUR-1): truncating to the high watermark loses the batch."""
     caps = target.capabilities
