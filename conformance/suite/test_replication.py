@@ -39,6 +39,7 @@ RECORDS_ABOVE_FOLLOWER_HW = 20
 FOLLOWER_FETCH_S = (1.0, 2.0, 4.0)  # a running follower fetches what the leader appended; one more try each
 FETCH_ANSWER_S = 0.5  # the leader writes its answer to a paused follower's woken fetch
 ACKS_AFTER_RESUME_MS = 15_000  # an acks=all produce waits this long past its stage for the acknowledgement
+RESPONSE_MARGIN_S = 10.0  # past the produce's own timeout, for a loaded broker to answer it
 HEARTBEAT_MARGIN_S = 0.5
 BROKER_RESOURCE = 4  # DescribeConfigs resource type
 HEARTBEAT_INTERVAL_CONFIG = "broker.heartbeat.interval.ms"
@@ -280,7 +281,7 @@ def _acknowledge_records_above_a_follower_high_watermark(target, topic: str, sta
             ops.produce(waker, caps, topic, ops.values_batch([b"answers-the-paused-fetch"]), acks=1)
             time.sleep(FETCH_ANSWER_S)
             target.resume_node(stage.next_leader)
-            response = producer.receive(ApiKey.PRODUCE, version, sent, timeout_s=stage_ms / 1000 + POLL_S)
+            response = producer.receive(ApiKey.PRODUCE, version, sent, timeout_s=stage_ms / 1000 + RESPONSE_MARGIN_S)
         answer = response.responses[0].partition_responses[0]
         if answer.error_code == ErrorCode.NONE:
             return [(answer.base_offset + i, value) for i, value in enumerate(values)]
