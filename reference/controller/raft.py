@@ -11,7 +11,8 @@ of voters have fetched past, and only moves once an entry of its own epoch is in
 (Raft §5.4.2: a new leader first commits the LeaderChange entry it appends).
 
 Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs: messages in
-`outbox` (taken by the caller), committed entries via `take_committed()`. The durable state
+`outbox` (taken by the caller), committed entries via `take_committed()`, and `next_tick_ms`,
+when a tick next has timed work (a caller may sleep until then). The durable state
 is `epoch`, `voted_for` and `log`; the caller persists them before sending the outbox.
 Randomness (election timeout jitter) comes from the `random.Random` passed in.
 """

@@ -2,7 +2,7 @@
 traffic between nodes.
 
 Tasks, each a loop around the sans-IO cores:
-- raft: ticks the Raft core, sends its outbox (one sender per voter, over KspecController
+- raft: ticks the Raft core when it has timed work due, sends its outbox (one sender per voter, over KspecController
   "raft" requests), persists before sending, and replays what was committed.
 - lifecycle: registers this broker with the active controller, then heartbeats (KIP-631), over
   connections of its own.
