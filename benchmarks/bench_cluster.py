@@ -78,12 +78,14 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication_factor
     admin.create_topics([NewTopic(topic, partitions, replication_factor, config=configs)])[topic].result(WAIT_S)
 
 
-def wait_until(condition, what: str) -> None:
+def wait_until(condition, what: str):
+    """The condition's first true value, polled for at most WAIT_S."""
     deadline = time.monotonic() + WAIT_S
-    while not condition():
+    while not (value := condition()):
         if time.monotonic() > deadline:
             raise RuntimeError(f"not within {WAIT_S} s: {what}")
         time.sleep(0.05)
+    return value
 
 
 def producer(bootstrap: str, acks: str, **config) -> Producer:
@@ -155,7 +157,8 @@ def latencies_ms(bootstrap: str, topic: str, records_per_s: float, seconds: floa
 
 
 def leader_of(cluster: ClusterProcess, topic: str) -> int:
-    return cluster.leader_of(topic, 0)
+    """Partition 0's leader, once a node's Metadata names one (node ids start at 1)."""
+    return wait_until(lambda: max(cluster.leader_of(topic, 0), 0), f"a leader of {topic}")
 
 
 def leader_seen_by(admin: AdminClient, topic: str) -> int:
