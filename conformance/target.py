@@ -177,23 +177,25 @@ class Target:
             "timeout_ms": int(TOPIC_READY_TIMEOUT_S * 1000), "validate_only": validate_only})
         return response.topics[0]
 
-    def wait_for_leaders(self, wire: WireClient, topic: str, timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
-        """Waits until every broker's Metadata shows a leader for every partition of topic (in a
-        cluster, brokers learn of a new topic at their own pace, so a test waits as Kafka's own
-        tests do for metadata to propagate); returns the partition count."""
+    def wait_for_leaders(self, wire: WireClient, topic: str, partitions: int = 1,
+                         timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
+        """Waits until every broker's Metadata shows at least `partitions` partitions of topic, each
+        with a leader (in a cluster, brokers learn of a new topic, and of partitions added to it, at
+        their own pace after the controller answered, so a test waits as Kafka's own tests do for
+        metadata to propagate); returns the partition count."""
         deadline = time.monotonic() + timeout_s
-        count = self._wait_for_leaders_on(wire, topic, deadline)
+        count = self._wait_for_leaders_on(wire, topic, partitions, deadline)
         for broker in self.capabilities.brokers:
             if broker.address != self.first_address:
                 with self.wire(broker.address) as other:
-                    self._wait_for_leaders_on(other, topic, deadline)
+                    self._wait_for_leaders_on(other, topic, partitions, deadline)
         return count
 
-    def _wait_for_leaders_on(self, wire: WireClient, topic: str, deadline: float) -> int:
+    def _wait_for_leaders_on(self, wire: WireClient, topic: str, partitions: int, deadline: float) -> int:
         while True:
             metadata = self._metadata(wire, topic, auto_create=False)
             found = metadata.topics[0] if metadata.topics else None
-            if (found is not None and found.error_code == ErrorCode.NONE and found.partitions
+            if (found is not None and found.error_code == ErrorCode.NONE and len(found.partitions) >= partitions
                     and all(p.leader_id >= 0 for p in found.partitions)):
                 return len(found.partitions)
             if time.monotonic() > deadline:
@@ -282,15 +284,30 @@ class Target:
 
     def _counted_live(self, node_ids: set[int]) -> bool:
         caps = self.capabilities
+        if not all(self._lists_itself(node_id) for node_id in node_ids):
+            return False  # a restarted node lists itself once its new incarnation is registered and unfenced
         with self.wire() as wire:
             version = caps.version(ApiKey.CREATE_TOPICS, 2, 7)
             if version is not None:
                 probe = self._create_topic_request(wire, version, self.new_topic_name("live-probe"), 1,
                                                    caps.broker_count, None, validate_only=True)
                 return probe.error_code == ErrorCode.NONE
-            metadata = wire.request(ApiKey.METADATA, caps.version(ApiKey.METADATA, *METADATA_VERSION_RANGE),
-                                    {"topics": [], "allow_auto_topic_creation": False})
-            return node_ids <= {b.node_id for b in metadata.brokers}
+            return node_ids <= self._listed_broker_ids(wire)
+
+    def _lists_itself(self, node_id: int) -> bool:
+        broker = self.capabilities.broker(node_id)
+        if broker is None:
+            return True  # a broker the run never knew: counted by the probe alone
+        try:
+            with self.wire(broker.address) as wire:
+                return node_id in self._listed_broker_ids(wire)
+        except OSError:
+            return False
+
+    def _listed_broker_ids(self, wire: WireClient) -> set[int]:
+        metadata = wire.request(ApiKey.METADATA, self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE),
+                                {"topics": [], "allow_auto_topic_creation": False})
+        return {b.node_id for b in metadata.brokers}
 
     @contextlib.contextmanager
     def node_stopped(self, node_id: int):

@@ -6,6 +6,8 @@ offsets of the ones that were there.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conformance import ops
@@ -69,7 +71,7 @@ def test_added_partitions_leave_existing_offsets_alone(admin, target):
     grow = _error_code(admin.create_partitions([NewPartitions(topic, 3)])[topic])
     expect(grow == 0, "CreatePartitions to 3 to succeed", f"error {grow}")
     with target.wire() as wire:
-        expect(target.wait_for_leaders(wire, topic) == 3, "3 partitions with leaders", "fewer")
+        expect(target.wait_for_leaders(wire, topic, partitions=3) == 3, "3 partitions with leaders", "fewer")
     with target.leader_wire(topic, 0) as wire:
         stored = ops.read_all(wire, caps, topic)
     expect([(r.offset, r.value) for r in stored] == [(0, b"before-0"), (1, b"before-1")],
@@ -107,8 +109,13 @@ def test_a_deleted_topic_is_gone(admin, target):
     code = _error_code(admin.delete_topics([topic])[topic])
     expect(code == 0, "DeleteTopics to succeed", f"error {code}")
     version = caps.version_or_skip(ApiKey.METADATA, 1, 12)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S  # each broker learns of the deletion at its own pace
     with target.wire() as wire:  # no auto-creation: asking must not bring the topic back
-        found = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
-                                                        "allow_auto_topic_creation": False}).topics[0]
+        while True:
+            found = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
+                                                            "allow_auto_topic_creation": False}).topics[0]
+            if found.error_code == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     expect(found.error_code == 3, "Metadata to answer UNKNOWN_TOPIC_OR_PARTITION (3) for the deleted topic",
            f"error {found.error_code}, {len(found.partitions)} partitions")
