@@ -19,9 +19,9 @@ In one run, with confluent-kafka and 1 KiB records over PARTITIONS partitions:
   produced after it (so acked by the new leader) is measured --kills times, the node
   restarted and back in the ISR between kills (target: under 3 s), once with a producer that
   refreshes metadata every 250 ms (FAILOVER_PRODUCER) and once with librdkafka's own leader
-  lookup (DEFAULT_LOOKUP_PRODUCER). Beside it, the time from
-  the kill until a surviving node's Metadata names the new leader: the cluster's share. Each
-  kill says whether the victim was also the active controller, which adds a controller election.
+  lookup (DEFAULT_LOOKUP_PRODUCER). Beside it, the time from the kill until a surviving
+  node's Metadata names the new leader: the cluster's share. Each kill says whether the
+  victim was also the active controller, which adds a controller election.
 
 Failover depends on these timeouts, tuned as the fault runs tune them (FAILOVER_TIMEOUTS):
 a node heartbeats every 250 ms and is fenced after 1.5 s without one, which moves its
