@@ -42,11 +42,12 @@ def handle_create_topics(broker: Broker, request, context: RequestContext) -> di
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _refuse_duplicate(counts: Counter, name: str) -> None:
-    """A topic named twice in one request is refused both times, as Kafka's controller does:
-    the second change would be decided from the state the first has not changed yet."""
-    if counts[name] > 1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name!r} appears more than once")
+def _refuse_duplicate(counts: Counter, name_or_id) -> None:
+    """A topic named (or, in DeleteTopics v6+, identified) twice in one request is refused both
+    times, as Kafka's controller does: the second change would be decided from the state the
+    first has not changed yet."""
+    if counts[name_or_id] > 1:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name_or_id!r} appears more than once")
 
 
 def _from_assignments(broker: Broker, wanted) -> tuple[int, int]:
@@ -76,10 +77,12 @@ def handle_delete_topics(broker: Broker, request, context: RequestContext) -> di
         wanted = [(topic.name, topic.topic_id) for topic in request.topics]
     else:
         wanted = [(name, ZERO_UUID) for name in request.topic_names]
+    counts = Counter(name if name is not None else topic_id for name, topic_id in wanted)
     responses = []
     for name, topic_id in wanted:
         response = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
         try:
+            _refuse_duplicate(counts, name if name is not None else topic_id)
             if name is None:
                 name = broker.topic_name_by_id(topic_id)
             topic = broker.topic(name)

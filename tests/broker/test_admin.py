@@ -101,6 +101,18 @@ def test_delete_topics_by_name_and_by_id(client):
     assert not {"doomed-1", "doomed-2"} & {t.name for t in listed.topics}
 
 
+def test_delete_topics_naming_or_identifying_a_topic_twice_is_refused_and_deletes_nothing(client):
+    kept_id = create_topic(client, "named-twice").topic_id
+    by_name = client.request(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["named-twice"] * 2, "timeout_ms": 1000})
+    assert [r.error_code for r in by_name.responses] == [ErrorCode.INVALID_REQUEST] * 2
+    by_id = client.request(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": None, "topic_id": kept_id}] * 2,
+                                                     "timeout_ms": 1000})
+    assert [r.error_code for r in by_id.responses] == [ErrorCode.INVALID_REQUEST] * 2
+    listed = client.request(ApiKey.METADATA, 12, {"topics": [{"name": "named-twice"}],
+                                                  "allow_auto_topic_creation": False})
+    assert (listed.topics[0].error_code, listed.topics[0].topic_id) == (ErrorCode.NONE, kept_id)
+
+
 def test_init_producer_id_hands_out_fresh_ids_and_epochs_to_transactional_ids(client):
     ids = [client.request(ApiKey.INIT_PRODUCER_ID, version, {"transactional_id": None, "transaction_timeout_ms": 1000,
                                                              "producer_id": -1, "producer_epoch": -1})
