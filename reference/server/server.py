@@ -45,6 +45,7 @@ log = logging.getLogger("kspec.broker")
 
 LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered
+SENDMSG_CHUNKS_MAX = 1024  # IOV_MAX on Linux: the most buffers one sendmsg takes
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
 
 
@@ -63,11 +64,11 @@ async def cancel_and_wait(tasks) -> None:
 
 
 async def send_chunks(connection: socket.socket, chunks: list) -> None:
-    """Send a response's chunks in order from the chunks themselves (no join): one sendmsg,
-    so the parts leave together and the peer wakes once, then sock_sendall for whatever the
-    socket did not take at once."""
+    """Send a response's chunks in order from the chunks themselves (no join): one sendmsg of
+    up to SENDMSG_CHUNKS_MAX, so the parts leave together and the peer wakes once, then
+    sock_sendall for whatever the socket did not take at once."""
     try:
-        sent_bytes = connection.sendmsg(chunks)
+        sent_bytes = connection.sendmsg(chunks[:SENDMSG_CHUNKS_MAX])
     except (BlockingIOError, InterruptedError):
         sent_bytes = 0
     for chunk in chunks:
