@@ -45,7 +45,6 @@ log = logging.getLogger("kspec.broker")
 
 LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered
-SENDMSG_CHUNKS_MAX = 1024  # IOV_MAX on Linux: the most buffers one sendmsg takes
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
 
 
@@ -61,23 +60,6 @@ async def cancel_and_wait(tasks) -> None:
         for task in pending:
             task.cancel()
         _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
-
-
-async def send_chunks(connection: socket.socket, chunks: list) -> None:
-    """Send a response's chunks in order from the chunks themselves (no join): one sendmsg of
-    up to SENDMSG_CHUNKS_MAX, so the parts leave together and the peer wakes once, then
-    sock_sendall for whatever the socket did not take at once."""
-    try:
-        sent_bytes = connection.sendmsg(chunks[:SENDMSG_CHUNKS_MAX])
-    except (BlockingIOError, InterruptedError):
-        sent_bytes = 0
-    for chunk in chunks:
-        chunk = memoryview(chunk)
-        if sent_bytes >= chunk.nbytes:
-            sent_bytes -= chunk.nbytes
-            continue
-        await asyncio.get_running_loop().sock_sendall(connection, chunk[sent_bytes:])
-        sent_bytes = 0
 
 
 class BrokerServer:
@@ -139,9 +121,8 @@ class BrokerServer:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
             while received := await loop.sock_recv_into(connection, decoder.get_buffer()):
                 for frame in decoder.buffer_updated(received):
-                    chunks = await self._handle(frame)
-                    if chunks:
-                        await send_chunks(connection, chunks)
+                    for chunk in await self._handle(frame) or ():
+                        await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
         except (ConnectionError, asyncio.CancelledError):
