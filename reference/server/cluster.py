@@ -224,17 +224,19 @@ class ClusterServer(BrokerServer):
         return response
 
     async def _on_controller_api(self, frame) -> list | None:
-        """Admin requests run on the active controller; another node forwards them (KIP-590)."""
+        """Admin requests run on the active controller; another node forwards them (KIP-590).
+        One that loses the leadership before its records commit is run again on the next
+        controller, as Kafka's forwarding retries on NOT_CONTROLLER (its records may still
+        commit, so a retried CreateTopics may find its topic there: TOPIC_ALREADY_EXISTS)."""
         deadline = asyncio.get_running_loop().time() + FORWARD_WAIT_S
         while asyncio.get_running_loop().time() < deadline:
             if self.broker.is_active_controller:
-                async with self._controller_lock:
-                    await self._applied()
-                    chunks = await super()._handle(frame)
-                    await self._commit(self.broker.take_pending_records())
-                return chunks
-            controller_id = self.broker.controller_id
-            if controller_id >= 0:
+                try:
+                    return await self._run_as_controller(frame)
+                except KafkaError as e:
+                    if e.code != ErrorCode.NOT_CONTROLLER:
+                        raise
+            elif (controller_id := self.broker.controller_id) >= 0:
                 try:
                     error, payload = await self._call_voter(controller_id, "envelope", bytes(frame))
                     if error == ErrorCode.NONE:
@@ -244,15 +246,29 @@ class ClusterServer(BrokerServer):
             await asyncio.sleep(0.1)
         raise CloseConnection("no active controller to forward to")
 
+    async def _run_as_controller(self, frame) -> list | None:
+        """An admin request on this node as the active controller: decided from the applied
+        metadata, answered once its records are committed; NOT_CONTROLLER when it is not."""
+        async with self._controller_lock:
+            if not self.broker.is_active_controller:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, "not the active controller")
+            await self._applied()
+            chunks = await super()._handle(frame)
+            await self._commit(self.broker.take_pending_records())
+        return chunks
+
     async def _on_internal(self, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
         if kind == "raft":
             self.broker.raft.receive(decode_raft_message(payload), now_ms())
             self._after_raft()
             return ErrorCode.NONE, b""
         if kind == "envelope":
-            if not self.broker.is_active_controller:
-                return ErrorCode.NOT_CONTROLLER, b""
-            chunks = await self._on_controller_api(payload)
+            try:
+                chunks = await self._run_as_controller(payload)
+            except KafkaError as e:
+                if e.code != ErrorCode.NOT_CONTROLLER:
+                    raise
+                return ErrorCode.NOT_CONTROLLER, b""  # the forwarding node asks the next controller
             return ErrorCode.NONE, b"".join(bytes(chunk) for chunk in chunks)
         return await self._controller_command(kind, json.loads(payload))
 

@@ -1,17 +1,24 @@
 """Failover on a real cluster: a follower rejoins the ISR; unclean elections lose exactly the
 records the stale replica never had, clean ones keep the partition offline; the controller
-quorum survives the loss of its active controller with the metadata intact."""
+quorum survives the loss of its active controller with the metadata intact, and an admin request
+whose controller loses the leadership before its records commit is answered, not dropped."""
 from __future__ import annotations
 
 import glob
 import os
+import signal
 import time
 
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from conformance.wire import WireClient
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+
 from .conftest import WAIT_S, create_topic, partition_state, produce_acked, read_all, wait_until
 
 OFFLINE_CHECK_S = 4.0  # how long an offline partition is watched to stay offline
+QUORUM_LOST_S = 2.0  # the other voters' pause: past FAST_FAILOVER's 1 s quorum fetch timeout
 CONTROLLER_FAILOVER_S_MAX = 5.0
 
 
@@ -101,3 +108,28 @@ def test_killing_the_active_controller_elects_another_with_metadata_intact(start
     assert configs["retention.ms"].value == "123456"
     after = create_topic(cluster, replication_factor=2)  # the new controller takes commands
     assert cluster.controller_id() == new_controller and partition_state(cluster, after)[0] >= 1
+
+
+def test_an_admin_request_whose_controller_loses_the_quorum_before_commit_is_answered(start_cluster):
+    """The active controller decides a CreateTopics while the other two voters are paused: its
+    records cannot commit, and it resigns once it has not heard from a majority. The request
+    is then run on whichever node leads next (Kafka's forwarding retries on NOT_CONTROLLER):
+    the client gets an answer, not a closed connection, and the topic exists."""
+    cluster = start_cluster()
+    controller = cluster.controller_id()
+    assert controller >= 1
+    others = [node_id for node_id in cluster.nodes if node_id != controller]
+    with WireClient(cluster.addresses[controller]) as wire:
+        for node_id in others:
+            os.kill(cluster.nodes[node_id].process.pid, signal.SIGSTOP)
+        try:
+            sent = wire.send(ApiKey.CREATE_TOPICS, 5, {"topics": [
+                {"name": "decided-without-quorum", "num_partitions": 1, "replication_factor": 3,
+                 "assignments": [], "configs": []}], "timeout_ms": 30_000, "validate_only": False})
+            time.sleep(QUORUM_LOST_S)
+        finally:
+            for node_id in others:
+                os.kill(cluster.nodes[node_id].process.pid, signal.SIGCONT)
+        answer = wire.receive(ApiKey.CREATE_TOPICS, 5, sent, timeout_s=WAIT_S).topics[0]
+    assert answer.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS), answer
+    wait_until(lambda: partition_state(cluster, "decided-without-quorum")[0] >= 1, "the topic has a leader")
