@@ -3,7 +3,11 @@ metadata log among the controller quorum's voters.
 
 Roles: FOLLOWER (with or without a known leader), PROSPECTIVE (asking for pre-votes,
 KIP-996), CANDIDATE, LEADER. Followers pull entries with Fetch(fetch_offset,
-last_fetched_epoch); the leader answers with entries, or with the epoch where the
+last_fetched_epoch), one at a time, the next as soon as an answer arrives. A leader with
+nothing new for a follower (no entries, no high watermark it has not seen) holds its Fetch
+up to the request's max_wait_ms and answers it when entries are appended or the high
+watermark moves (KIP-595's long poll), so a commit is not delayed by a poll interval and an
+idle quorum exchanges a few messages a second. Otherwise the leader answers with entries, or with the epoch where the
 follower's log diverges from its own (KIP-595 replaces AppendEntries consistency checks
 with this), or with a snapshot when the follower is behind the log start (FetchSnapshot,
 folded into the Fetch answer here). The leader's high watermark is the offset a majority
@@ -27,6 +31,7 @@ NO_LEADER = -1
 NOT_VOTED = -1
 NO_DEADLINE_MS = 2**62  # next_tick_ms of a single-voter leader: nothing timed can happen
 FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
+NO_WAIT_MS = 0  # the max_wait_ms of a Fetch the leader must answer at once
 
 
 class RaftRole(enum.Enum):
@@ -83,6 +88,8 @@ class FetchRequest:
     epoch: int
     fetch_offset: int
     last_fetched_epoch: int
+    high_watermark: int = 0  # the follower's: a leader with a higher one answers at once
+    max_wait_ms: int = NO_WAIT_MS  # how long the leader may hold the fetch when it has nothing new
 
 
 @dataclass(frozen=True)
@@ -111,7 +118,18 @@ class VoterState:
 class RaftConfig:
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
-    fetch_interval_ms: int = 50  # how often a follower polls (KRaft long-polls instead)
+
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        """How long the leader may hold a follower's Fetch: a quarter of the fetch timeout (Kafka's
+        500 ms against its 2 s default), so a follower is heard several times within the timeout
+        that makes the leader resign (check quorum) or another voter grant a pre-vote."""
+        return self.fetch_timeout_ms // 4
+
+    @property
+    def fetch_request_timeout_ms(self) -> int:
+        """A follower whose Fetch got no answer within this long (lost on the way) sends another."""
+        return self.fetch_timeout_ms // 2
 
 
 @dataclass
@@ -132,7 +150,8 @@ class RaftNode:
     outbox: list[tuple[int, Any]] = field(default_factory=list)
     _timer_deadline_ms: int = -1
     _votes: set[int] = field(default_factory=set)
-    _fetch_sent_ms: int = -1
+    _fetch_sent_ms: int = -1  # when the follower's Fetch in flight was sent; -1: none in flight
+    _parked_fetches: dict[int, tuple[FetchRequest, int]] = field(default_factory=dict)  # voter -> (fetch, answer-by ms)
     _voter_end_offsets: dict[int, int] = field(default_factory=dict)
     _voter_last_fetch_ms: dict[int, int] = field(default_factory=dict)
     _voter_caught_up_ms: dict[int, int] = field(default_factory=dict)
@@ -184,28 +203,33 @@ class RaftNode:
         if self._timer_deadline_ms < 0:
             self._reset_election_timer(now_ms)
         if self.role is RaftRole.LEADER:
+            self._answer_parked_fetches(now_ms)
             self._check_quorum(now_ms)
             return
         if self.role is RaftRole.FOLLOWER and self.leader_id != NO_LEADER and self.leader_id != self.node_id:
-            if self._fetch_sent_ms < 0 or now_ms - self._fetch_sent_ms >= self.config.fetch_interval_ms:
+            if self._fetch_sent_ms < 0 or now_ms - self._fetch_sent_ms >= self.config.fetch_request_timeout_ms:
                 self._send_fetch(now_ms)
         if now_ms >= self._timer_deadline_ms:
             self._become_prospective(now_ms)
 
     @property
     def next_tick_ms(self) -> int:
-        """When `tick` next has work to do: a follower's next poll or its election timer, or the
-        moment the leader's quorum check could fail. Ticking earlier is harmless, so a caller may
-        sleep until then, and ticks again at once after an input that moved it to the past."""
+        """When `tick` next has work to do: a follower's Fetch to send (none in flight, or one
+        unanswered past the request timeout) or its election timer; the leader's earliest held
+        Fetch to answer, or the moment its quorum check could fail. Ticking earlier is harmless,
+        so a caller may sleep until then, and ticks again at once after an input that moved it
+        to the past."""
         if self._timer_deadline_ms < 0:
             return self._timer_deadline_ms  # never ticked yet
         if self.role is RaftRole.LEADER:
             if self.majority == 1:
                 return NO_DEADLINE_MS
             heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
-            return heard_ms[self.majority - 2] + self.config.fetch_timeout_ms
+            return min([heard_ms[self.majority - 2] + self.config.fetch_timeout_ms,
+                        *(answer_by_ms for _, answer_by_ms in self._parked_fetches.values())])
         if self.role is RaftRole.FOLLOWER and self.leader_id not in (NO_LEADER, self.node_id):
-            fetch_due_ms = self._fetch_sent_ms + self.config.fetch_interval_ms if self._fetch_sent_ms >= 0 else -1
+            fetch_due_ms = (self._fetch_sent_ms + self.config.fetch_request_timeout_ms
+                            if self._fetch_sent_ms >= 0 else -1)
             return min(fetch_due_ms, self._timer_deadline_ms)
         return self._timer_deadline_ms
 
@@ -214,6 +238,7 @@ class RaftNode:
         assert self.role is RaftRole.LEADER, "propose on the leader only"
         self._append(Entry(self.epoch, record) for record in records)
         self._maybe_advance_high_watermark()
+        self._answer_parked_fetches()
         return self.log_end_offset
 
     def take_committed(self) -> list[tuple[int, Entry]]:
@@ -259,6 +284,7 @@ class RaftNode:
             self.epoch, self.voted_for = epoch, NOT_VOTED
         self.role, self.leader_id = RaftRole.FOLLOWER, leader_id
         self._fetch_sent_ms = -1
+        self._parked_fetches = {}  # a leader that steps down drops them: their senders fetch again
         self._last_leader_contact_ms = -1  # until the leader itself is heard (BeginQuorumEpoch, a Fetch answer)
         self._reset_election_timer(now_ms)
 
@@ -360,34 +386,56 @@ class RaftNode:
     def _send_fetch(self, now_ms: int) -> None:
         self._fetch_sent_ms = now_ms
         self.outbox.append((self.leader_id, FetchRequest(self.node_id, self.epoch, self.log_end_offset,
-                                                         self.last_epoch)))
+                                                         self.last_epoch, self.high_watermark,
+                                                         self.config.fetch_max_wait_ms)))
+
+    def _reply(self, request: FetchRequest, **fields) -> None:
+        self.outbox.append((request.replica_id, FetchResponse(self.node_id, self.epoch,
+                                                              high_watermark=self.high_watermark,
+                                                              fetch_offset=request.fetch_offset, **fields)))
+
+    def _has_news_for(self, request: FetchRequest) -> bool:
+        return request.fetch_offset < self.log_end_offset or request.high_watermark < self.high_watermark
+
+    def _answer_with_entries(self, request: FetchRequest) -> None:
+        start = request.fetch_offset - self.log_start_offset
+        self._reply(request, entries=tuple(self.log[start:start + FETCH_ENTRIES_MAX]))
+
+    def _answer_parked_fetches(self, now_ms: int = -1) -> None:
+        """Answer the held fetches that now have entries or a newer high watermark to carry, and,
+        given the time, those whose max wait is up."""
+        for replica_id, (request, answer_by_ms) in list(self._parked_fetches.items()):
+            if self._has_news_for(request) or answer_by_ms <= now_ms:
+                del self._parked_fetches[replica_id]
+                self._answer_with_entries(request)
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
-        reply = lambda **fields: self.outbox.append(  # noqa: E731
-            (request.replica_id, FetchResponse(self.node_id, self.epoch, high_watermark=self.high_watermark,
-                                               fetch_offset=request.fetch_offset, **fields)))
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, NO_LEADER, now_ms)
             return
         if self.role is not RaftRole.LEADER or request.epoch < self.epoch:
             if self.role is RaftRole.LEADER:
-                reply(fenced=True)
+                self._reply(request, fenced=True)
             return
         if request.fetch_offset < self.log_start_offset:
-            reply(snapshot=self.snapshot)
+            self._reply(request, snapshot=self.snapshot)
             return
         epoch, end_offset = self._end_offset_for(request.last_fetched_epoch)
         if request.fetch_offset > self.log_start_offset and (epoch != request.last_fetched_epoch
                                                              or end_offset < request.fetch_offset):
-            reply(diverging_epoch=epoch, diverging_end_offset=end_offset)
+            self._reply(request, diverging_epoch=epoch, diverging_end_offset=end_offset)
             return
         self._voter_last_fetch_ms[request.replica_id] = now_ms
         self._voter_end_offsets[request.replica_id] = request.fetch_offset
         if request.fetch_offset >= self.log_end_offset:
             self._voter_caught_up_ms[request.replica_id] = now_ms
         self._maybe_advance_high_watermark()
-        start = request.fetch_offset - self.log_start_offset
-        reply(entries=tuple(self.log[start:start + FETCH_ENTRIES_MAX]))
+        self._parked_fetches.pop(request.replica_id, None)  # overtaken by this one
+        self._answer_parked_fetches()  # the high watermark this fetch moved is news to the others
+        if self._has_news_for(request) or request.max_wait_ms <= NO_WAIT_MS:
+            self._answer_with_entries(request)
+        else:
+            self._parked_fetches[request.replica_id] = (request, now_ms + request.max_wait_ms)
 
     def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
         if response.epoch > self.epoch or self._learns_leader(response.epoch, response.leader_id):
@@ -398,18 +446,16 @@ class RaftNode:
             return  # an answer to an older fetch, overtaken by a later one (the network may reorder)
         self._last_leader_contact_ms = now_ms
         self._reset_election_timer(now_ms)
-        if response.snapshot is not None or response.diverging_end_offset >= 0 or response.entries:
-            self._fetch_sent_ms = -1  # more may follow, and the leader commits on our next fetch: at once
         if response.snapshot is not None:
             self.log, self.snapshot = [], response.snapshot
             self.applied_offset = self.high_watermark = response.snapshot.end_offset
-            return
-        if response.diverging_end_offset >= 0:
+        elif response.diverging_end_offset >= 0:
             _, own_end_offset = self._end_offset_for(response.diverging_epoch)
             self._truncate_to(min(own_end_offset, response.diverging_end_offset))
-            return
-        self._append(response.entries)
-        self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log_end_offset))
+        else:
+            self._append(response.entries)
+            self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log_end_offset))
+        self._send_fetch(now_ms)  # the next one at once: the leader holds it while it has nothing new
 
     def voter_states(self, now_ms: int) -> list[VoterState]:
         """The leader's view of every voter, itself included; lag is its end offset minus theirs."""

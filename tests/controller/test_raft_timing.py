@@ -1,14 +1,16 @@
-"""When the Raft core needs a tick (`next_tick_ms`), so a shell can sleep until then: a caught-up
-follower polls its leader every fetch_interval_ms, fetches again at once after an answer that
-carried entries (the leader commits on that fetch), and a leader needs a tick only when its
-quorum check could fail."""
+"""The long-polled Fetch of KIP-595 and when the Raft core needs a tick (`next_tick_ms`), so a
+shell can sleep until then: a follower sends its next Fetch as soon as an answer arrives, the
+leader holds a Fetch it has nothing new for up to its max wait and answers it when entries are
+appended or the high watermark moves, and a leader whose followers' fetches are held still
+resigns when it stops hearing from a majority."""
 from __future__ import annotations
 
 import random
 
-from reference.controller.raft import NO_DEADLINE_MS, FetchRequest, RaftConfig, RaftNode, RaftRole
+from reference.controller.raft import NO_DEADLINE_MS, FetchRequest, FetchResponse, RaftConfig, RaftNode, RaftRole
 
-CONFIG = RaftConfig(election_timeout_ms=500, fetch_timeout_ms=1_000, fetch_interval_ms=50)
+CONFIG = RaftConfig(election_timeout_ms=500, fetch_timeout_ms=1_000)
+TOPIC = {"type": "TopicRecord", "name": "t"}
 
 
 def elect(voters=(1, 2, 3)) -> tuple[dict[int, RaftNode], int]:
@@ -24,60 +26,152 @@ def elect(voters=(1, 2, 3)) -> tuple[dict[int, RaftNode], int]:
     return nodes, now_ms
 
 
-def deliver(nodes: dict[int, RaftNode], now_ms: int) -> int:
-    """Deliver every message until none is left; returns how many were delivered."""
-    delivered = 0
+def deliver(nodes: dict[int, RaftNode], now_ms: int) -> list[tuple[int, object]]:
+    """Deliver every message until none is left; returns them as (target, message)."""
+    delivered = []
     while outgoing := [(target, message) for node in nodes.values() for target, message in node.take_outbox()]:
         for target, message in outgoing:
             nodes[target].receive(message, now_ms)
-            delivered += 1
+        delivered += outgoing
     return delivered
 
 
-def test_a_caught_up_follower_polls_every_fetch_interval_not_every_tick():
-    nodes, now_ms = elect()
-    follower = nodes[2]
-    follower.tick(now_ms)  # fetches the LeaderChange entry at once
-    deliver(nodes, now_ms)
-    follower.tick(now_ms)  # an answer with entries: the next fetch is due at once, to let the leader commit
-    deliver(nodes, now_ms)
-    assert nodes[1].high_watermark == nodes[1].log_end_offset
-    assert follower.next_tick_ms == now_ms + CONFIG.fetch_interval_ms  # caught up: poll later
-    for step_ms in range(1, CONFIG.fetch_interval_ms):
-        follower.tick(now_ms + step_ms)
-        assert follower.take_outbox() == [], "no fetch before the poll interval is up"
-    follower.tick(now_ms + CONFIG.fetch_interval_ms)
-    (target, message), = follower.take_outbox()
-    assert target == 1 and isinstance(message, FetchRequest)
-
-
-def test_an_answer_with_entries_makes_the_next_fetch_due_at_once():
-    nodes, now_ms = elect()
+def caught_up(nodes: dict[int, RaftNode], now_ms: int) -> None:
+    """The followers fetch the leader's entries; the leader holds their next fetches."""
     for voter in (2, 3):
         nodes[voter].tick(now_ms)
     deliver(nodes, now_ms)
-    nodes[1].propose([{"type": "TopicRecord", "name": "t"}])
-    later_ms = now_ms + CONFIG.fetch_interval_ms
-    nodes[2].tick(later_ms)
-    deliver(nodes, later_ms)  # node 2 gets the entry
-    assert nodes[2].next_tick_ms <= later_ms
-    nodes[2].tick(later_ms)
-    deliver(nodes, later_ms)  # its next fetch tells the leader, which commits
-    assert nodes[1].high_watermark == nodes[1].log_end_offset == nodes[2].log_end_offset
+    assert nodes[1].high_watermark == nodes[1].log_end_offset == nodes[2].log_end_offset == nodes[3].log_end_offset
+    assert nodes[2].high_watermark == nodes[3].high_watermark == nodes[1].high_watermark
 
 
-def test_a_leader_needs_a_tick_only_when_its_quorum_check_could_fail():
+def run_until(nodes: dict[int, RaftNode], now_ms: int, until_ms: int) -> list[tuple[int, object]]:
+    """Tick each node exactly when it asks to be ticked, delivering every message at once."""
+    delivered = []
+    while (due_ms := min(node.next_tick_ms for node in nodes.values())) <= until_ms:
+        now_ms = max(now_ms, due_ms)
+        for node in nodes.values():
+            if node.next_tick_ms <= now_ms:
+                node.tick(now_ms)
+        delivered += deliver(nodes, now_ms)
+    return delivered
+
+
+def test_the_leader_holds_a_caught_up_fetch_until_its_max_wait():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    assert CONFIG.fetch_max_wait_ms == CONFIG.fetch_timeout_ms // 4
+    assert nodes[1].next_tick_ms == now_ms + CONFIG.fetch_max_wait_ms, "the held fetches are due then"
+    nodes[1].tick(now_ms + CONFIG.fetch_max_wait_ms - 1)
+    assert nodes[1].take_outbox() == [], "nothing new: the fetches stay held"
+    nodes[1].tick(now_ms + CONFIG.fetch_max_wait_ms)
+    answers = nodes[1].take_outbox()
+    assert sorted(target for target, _ in answers) == [2, 3]
+    assert all(isinstance(answer, FetchResponse) and answer.entries == () for _, answer in answers)
+
+
+def test_an_answer_makes_the_follower_fetch_again_at_once_and_only_then():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    follower = nodes[2]
+    assert follower.next_tick_ms == now_ms + CONFIG.fetch_request_timeout_ms, "a fetch is in flight"
+    follower.tick(now_ms + CONFIG.fetch_max_wait_ms)
+    assert follower.take_outbox() == [], "no second fetch while the first is held"
+    answer_ms = now_ms + CONFIG.fetch_max_wait_ms
+    nodes[1].tick(answer_ms)
+    for target, answer in nodes[1].take_outbox():
+        nodes[target].receive(answer, answer_ms)
+    (target, fetch), = follower.take_outbox()
+    assert target == 1 and isinstance(fetch, FetchRequest) and fetch.max_wait_ms == CONFIG.fetch_max_wait_ms
+
+
+def test_a_lost_answer_is_fetched_again_after_the_request_timeout():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    nodes[1].tick(now_ms + CONFIG.fetch_max_wait_ms)
+    nodes[1].take_outbox()  # the answers are lost
+    resend_ms = now_ms + CONFIG.fetch_request_timeout_ms
+    assert CONFIG.fetch_max_wait_ms < CONFIG.fetch_request_timeout_ms < CONFIG.fetch_timeout_ms
+    assert nodes[2].next_tick_ms == resend_ms
+    nodes[2].tick(resend_ms)
+    (target, fetch), = nodes[2].take_outbox()
+    assert target == 1 and isinstance(fetch, FetchRequest)
+
+
+def test_an_append_answers_the_held_fetches_and_the_next_fetch_commits_at_once():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    later_ms = now_ms + 10
+    commit_offset = nodes[1].propose([TOPIC])
+    answered = nodes[1].take_outbox()
+    assert sorted(target for target, _ in answered) == [2, 3]
+    assert all(answer.entries[-1].record == TOPIC for _, answer in answered)
+    for target, answer in answered:
+        nodes[target].receive(answer, later_ms)
+    deliver(nodes, later_ms)  # no tick anywhere: the follower's next fetch tells the leader, which commits
+    assert nodes[1].high_watermark == commit_offset
+    assert nodes[2].high_watermark == nodes[3].high_watermark == commit_offset, "the new HW is answered at once"
+    assert nodes[1].next_tick_ms == later_ms + CONFIG.fetch_max_wait_ms, "and the followers' fetches held again"
+
+
+def test_a_fetch_with_an_older_high_watermark_is_answered_at_once():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    leader = nodes[1]
+    stale = FetchRequest(2, leader.epoch, leader.log_end_offset, leader.last_epoch, leader.high_watermark - 1,
+                         CONFIG.fetch_max_wait_ms)
+    leader.receive(stale, now_ms)
+    (target, answer), = leader.take_outbox()
+    assert target == 2 and answer.high_watermark == leader.high_watermark and answer.entries == ()
+
+
+def test_a_fetch_without_max_wait_is_answered_at_once():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    leader = nodes[1]
+    leader.receive(FetchRequest(3, leader.epoch, leader.log_end_offset, leader.last_epoch, leader.high_watermark),
+                   now_ms)
+    (target, answer), = leader.take_outbox()
+    assert target == 3 and isinstance(answer, FetchResponse)
+
+
+def test_an_idle_quorum_exchanges_two_messages_per_follower_per_max_wait():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    idle_ms = 10 * CONFIG.fetch_timeout_ms
+    delivered = run_until(nodes, now_ms, now_ms + idle_ms)
+    assert nodes[1].role is RaftRole.LEADER and all(node.epoch == nodes[1].epoch for node in nodes.values())
+    rounds = idle_ms // CONFIG.fetch_max_wait_ms
+    assert {type(message) for _, message in delivered} == {FetchRequest, FetchResponse}
+    assert len(delivered) == 2 * 2 * rounds, "one fetch and one answer per follower per max wait"
+
+
+def test_a_leader_whose_followers_stop_fetching_resigns_after_the_fetch_timeout():
     nodes, now_ms = elect()
     nodes[2].tick(now_ms + 30)
+    deliver(nodes, now_ms + 30)
     nodes[3].tick(now_ms + 70)
     deliver(nodes, now_ms + 70)
-    # The check fails once a majority (itself and one more) was not heard within fetch_timeout_ms:
-    # the most recent fetch decides.
-    assert nodes[1].next_tick_ms == now_ms + 70 + CONFIG.fetch_timeout_ms
-    nodes[1].tick(nodes[1].next_tick_ms - 1)
-    assert nodes[1].role is RaftRole.LEADER
-    nodes[1].tick(nodes[1].next_tick_ms)
-    assert nodes[1].role is RaftRole.FOLLOWER, "a leader that heard from no majority resigns"
+    # Both followers' next fetches are held; the check fails once a majority (itself and one
+    # more) was not heard within fetch_timeout_ms: the most recent fetch decides.
+    leader = nodes[1]
+    leader.tick(now_ms + 70 + CONFIG.fetch_max_wait_ms)
+    leader.take_outbox()  # the answers to the held fetches are lost, and the followers stop
+    assert leader.next_tick_ms == now_ms + 70 + CONFIG.fetch_timeout_ms
+    leader.tick(leader.next_tick_ms - 1)
+    assert leader.role is RaftRole.LEADER
+    leader.tick(leader.next_tick_ms)
+    assert leader.role is RaftRole.FOLLOWER, "a leader that heard from no majority resigns"
+
+
+def test_a_leader_that_steps_down_drops_the_fetches_it_held():
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    leader = nodes[1]
+    leader.receive(FetchRequest(2, leader.epoch + 1, leader.log_end_offset, leader.last_epoch), now_ms)
+    assert leader.role is RaftRole.FOLLOWER
+    leader.tick(now_ms + CONFIG.fetch_max_wait_ms)
+    assert not [answer for _, answer in leader.take_outbox() if isinstance(answer, FetchResponse)]
 
 
 def test_a_single_voter_leader_has_nothing_timed_to_do():
