@@ -377,9 +377,9 @@ class ClusterServer(BrokerServer):
         self.broker.appended.clear()
 
     async def _raft_loop(self) -> None:
-        """Tick the Raft core when it has timed work due (a follower's poll, an election or quorum
-        timeout), or sooner when an input moved that time earlier; not on a fixed period, so an
-        idle quorum costs a few wake-ups a second instead of a hundred."""
+        """Tick the Raft core when it has timed work due (a held Fetch whose max wait is up, a
+        follower's unanswered Fetch, an election or quorum timeout), or sooner when an input moved
+        that time earlier; not on a fixed period, so an idle quorum costs a few wake-ups a second."""
         while True:
             self.broker.raft.tick(now_ms())
             self._after_raft()
