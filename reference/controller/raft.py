@@ -7,12 +7,13 @@ last_fetched_epoch), one at a time, the next as soon as an answer arrives. A lea
 nothing new for a follower (no entries, no high watermark it has not seen) holds its Fetch
 up to the request's max_wait_ms and answers it when entries are appended or the high
 watermark moves (KIP-595's long poll), so a commit is not delayed by a poll interval and an
-idle quorum exchanges a few messages a second. Otherwise the leader answers with entries, or with the epoch where the
-follower's log diverges from its own (KIP-595 replaces AppendEntries consistency checks
-with this), or with a snapshot when the follower is behind the log start (FetchSnapshot,
-folded into the Fetch answer here). The leader's high watermark is the offset a majority
-of voters have fetched past, and only moves once an entry of its own epoch is in it
-(Raft §5.4.2: a new leader first commits the LeaderChange entry it appends).
+idle quorum exchanges a few messages a second. Otherwise the leader answers with entries,
+or with the epoch where the follower's log diverges from its own (KIP-595 replaces
+AppendEntries consistency checks with this), or with a snapshot when the follower is
+behind the log start (FetchSnapshot, folded into the Fetch answer here). The leader's high
+watermark is the offset a majority of voters have fetched past, and only moves once an
+entry of its own epoch is in it (Raft §5.4.2: a new leader first commits the LeaderChange
+entry it appends).
 
 Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs: messages in
 `outbox` (taken by the caller), committed entries via `take_committed()`, and `next_tick_ms`,
