@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 
 from reference.controller.raft import NO_DEADLINE_MS, FetchRequest, FetchResponse, RaftConfig, RaftNode, RaftRole
+from reference.node.quorum import decode_raft_message, encode_raft_message
 
 CONFIG = RaftConfig(election_timeout_ms=500, fetch_timeout_ms=1_000)
 TOPIC = {"type": "TopicRecord", "name": "t"}
@@ -112,6 +113,11 @@ def test_an_append_answers_the_held_fetches_and_the_next_fetch_commits_at_once()
     assert nodes[1].high_watermark == commit_offset
     assert nodes[2].high_watermark == nodes[3].high_watermark == commit_offset, "the new HW is answered at once"
     assert nodes[1].next_tick_ms == later_ms + CONFIG.fetch_max_wait_ms, "and the followers' fetches held again"
+
+
+def test_the_max_wait_and_high_watermark_of_a_fetch_travel_between_nodes():
+    fetch = FetchRequest(2, 3, 10, 2, high_watermark=9, max_wait_ms=CONFIG.fetch_max_wait_ms)
+    assert decode_raft_message(encode_raft_message(fetch)) == fetch
 
 
 def test_a_fetch_with_an_older_high_watermark_is_answered_at_once():
