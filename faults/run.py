@@ -148,9 +148,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             # ops completed within the main phase; the sends still in flight at its end complete in workload.stop()
             main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
-            workload.stop()
+            # Heal before waiting for the sends in flight, as Jepsen's generator ends with the
+            # nemesis' stop: a send to a node paused or cut off at the end would otherwise wait
+            # out its whole send timeout (120 s) before the run could heal it.
+            workload.stop_invoking()
             for action, package in schedule.heal_all() if schedule else ():
                 nemesis.apply(action, package)
+            workload.stop()
             workload.close()
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
         quiet_until_s = time.monotonic() + options.quiet_s

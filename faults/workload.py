@@ -451,10 +451,14 @@ class Workload:
             thread.start()
             self.threads.append(thread)
 
+    def stop_invoking(self) -> None:
+        """No new ops from now on; the sends in flight go on until stop()."""
+        self.stopping.set()
+
     def stop(self) -> None:
         """Stop invoking ops; every worker waits up to send_timeout_s + 1 for its sends in flight.
         The clients stay open until close()."""
-        self.stopping.set()
+        self.stop_invoking()
         for thread in self.threads:
             thread.join()
 

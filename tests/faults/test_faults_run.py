@@ -102,6 +102,34 @@ def test_a_toml_described_target_runs_under_the_same_harness(namespaces_availabl
     assert brokers_of(out_dir) == []
 
 
+PAUSED_AT_THE_END_SEED = 2  # with interval_s=2: the pause starts at ~3.8 s and would stop at ~7.6 s
+PAUSED_AT_THE_END_TIME_LIMIT_S = 6.0
+KAFKA_SEND_TIMEOUT_S = 120.0  # the fault runs' send timeout (Kafka's delivery.timeout.ms)
+HEAL_AFTER_MAIN_PHASE_S_MAX = 10.0
+
+
+@pytest.mark.timeout(100)
+def test_a_node_paused_when_the_main_phase_ends_is_resumed_before_the_run_waits_for_sends_in_flight(tmp_path):
+    """Sends in flight to a paused node complete only once it is resumed: the run heals first
+    (as Jepsen's generator ends with the nemesis' stop), then waits for them, so it does not
+    wait out their 120 s send timeout."""
+    out_dir = tmp_path / "faults-run"
+    workload = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=KAFKA_SEND_TIMEOUT_S)
+    result = run(RunOptions(nodes=1, nemeses=("pause",), time_limit_s=PAUSED_AT_THE_END_TIME_LIMIT_S, interval_s=2,
+                            quiet_s=0.5, network="proxy", seed=PAUSED_AT_THE_END_SEED, workload=workload), out_dir)
+    timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
+    assert [flip["action"] for flip in timeline] == ["start", "stop"], timeline  # staged: paused at the end
+    started_s, healed_s = (flip["time_ns"] / 1e9 for flip in timeline)
+    assert started_s < PAUSED_AT_THE_END_TIME_LIMIT_S < healed_s < PAUSED_AT_THE_END_TIME_LIMIT_S + \
+        HEAL_AFTER_MAIN_PHASE_S_MAX, timeline
+    ops = [op for op in ops_from_table(read_history(out_dir / "history.parquet")) if op.process != NEMESIS_PROCESS]
+    last_completion_s = max(op.time_ns for op in ops if op.type != "invoke") / 1e9
+    assert last_completion_s < healed_s + KAFKA_SEND_TIMEOUT_S / 4, (healed_s, last_completion_s)
+    assert result.final_reads_complete and not result.workload_failures
+    acked, missing = acked_values_read_back(out_dir)
+    assert acked > 50 and missing == set()
+
+
 @pytest.mark.timeout(120)
 def test_jepsen_edn_exported_by_kspec_imports_back_to_the_same_parquet_history(tmp_path):
     out_dir = tmp_path / "faults-run"
