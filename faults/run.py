@@ -148,13 +148,20 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             # ops completed within the main phase; the sends still in flight at its end complete in workload.stop()
             main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
-            # Heal before waiting for the sends in flight, as Jepsen's generator ends with the
-            # nemesis' stop: a send to a node paused or cut off at the end would otherwise wait
-            # out its whole send timeout (120 s) before the run could heal it.
             workload.stop_invoking()
-            for action, package in schedule.heal_all() if schedule else ():
-                nemesis.apply(action, package)
+            heal = schedule.heal_all() if schedule else []
+            # Sends in flight to a node paused or cut off at the end complete only once it is
+            # healed (else they wait out their 120 s send timeout), so the run heals before it
+            # waits for them, as Jepsen's generator ends with the nemesis' stop. Transactions
+            # are synchronous and end within txn_timeout_s, so they finish against the faults:
+            # a node restarted under transactional producers mid-call has left librdkafka's
+            # send_offsets_to_transaction blocked far past its timeout, with no open
+            # transaction on the broker.
+            if not options.workload.txn:
+                _apply(nemesis, heal)
             workload.stop()
+            if options.workload.txn:
+                _apply(nemesis, heal)
             workload.close()
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
         quiet_until_s = time.monotonic() + options.quiet_s
@@ -170,6 +177,11 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                            workload.failures)
         _write_results(out_dir, options, result, history_path)
     return result
+
+
+def _apply(nemesis: Nemesis, flips: list[tuple[str, str]]) -> None:
+    for action, package in flips:
+        nemesis.apply(action, package)
 
 
 def _log_clients_to(path: Path, cleanup: contextlib.ExitStack) -> None:
