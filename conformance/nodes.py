@@ -160,13 +160,8 @@ class LocalCluster:
 
     def metadata(self):
         """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
-
-        try:
-            return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=2)
-        except KafkaException:
-            return None
+        from reference.process import cluster_metadata
+        return cluster_metadata(self.bootstrap)
 
     def controller_id(self) -> int:
         metadata = self.metadata()
@@ -174,11 +169,10 @@ class LocalCluster:
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every node is a registered broker, a controller is known and every partition has a leader."""
+        from reference.process import cluster_ready
         deadline = time.monotonic() + timeout_s
         while True:
-            metadata = self.metadata()
-            if (metadata is not None and len(metadata.brokers) == len(self.node_ids) and metadata.controller_id >= 0
-                    and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
+            if cluster_ready(self.metadata(), len(self.node_ids)):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster {self.bootstrap} not ready within {timeout_s:.0f} s")

@@ -38,6 +38,22 @@ class BrokerNotReady(RuntimeError):
     pass
 
 
+def cluster_metadata(bootstrap: str, topic: str | None = None):
+    """A cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    try:
+        return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(topic, timeout=2)
+    except KafkaException:
+        return None
+
+
+def cluster_ready(metadata, brokers: int) -> bool:
+    """Metadata that lists `brokers` brokers, a controller, and a leader for every partition."""
+    return (metadata is not None and len(metadata.brokers) >= brokers and metadata.controller_id >= 0
+            and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values()))
+
+
 class BrokerProcess:
     def __init__(self, data_dir: str, *, listen: str = "127.0.0.1:0", node_id: int = 0,
                  overrides: dict[str, str] | None = None, stderr_path: str | None = None) -> None:
@@ -165,25 +181,15 @@ class ClusterProcess:
         brokers = len(self.running_nodes()) if brokers is None else brokers
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            metadata = self.metadata()
-            if (metadata is not None and len(metadata.brokers) >= brokers and metadata.controller_id >= 0
-                    and all(p.leader >= 0 for t in metadata.topics.values() for p in t.partitions.values())):
+            if cluster_ready(self.metadata(), brokers):
                 return
             time.sleep(0.1)
         raise BrokerNotReady(f"cluster {self.bootstrap} not ready within {timeout_s}s")
 
     def metadata(self, topic: str | None = None):
         """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
         running = [self.addresses[node_id] for node_id in self.running_nodes()]
-        if not running:
-            return None
-        admin = AdminClient({"bootstrap.servers": ",".join(running), "log_level": 0})
-        try:
-            return admin.list_topics(topic, timeout=2)
-        except KafkaException:
-            return None
+        return cluster_metadata(",".join(running), topic) if running else None
 
     def leader_of(self, topic: str, partition: int) -> int:
         """The partition's leader as the metadata says (-1 when offline or unknown)."""

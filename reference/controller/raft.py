@@ -223,11 +223,7 @@ class RaftNode:
         if self._timer_deadline_ms < 0:
             return self._timer_deadline_ms  # never ticked yet
         if self.role is RaftRole.LEADER:
-            if self.majority == 1:
-                return NO_DEADLINE_MS
-            heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
-            return min([heard_ms[self.majority - 2] + self.config.fetch_timeout_ms,
-                        *(answer_by_ms for _, answer_by_ms in self._parked_fetches.values())])
+            return min([self._quorum_deadline_ms, *(answer_by_ms for _, answer_by_ms in self._parked_fetches.values())])
         if self.role is RaftRole.FOLLOWER and self.leader_id not in (NO_LEADER, self.node_id):
             fetch_due_ms = (self._fetch_sent_ms + self.config.fetch_request_timeout_ms
                             if self._fetch_sent_ms >= 0 else -1)
@@ -374,12 +370,19 @@ class RaftNode:
             self._become_follower(message.leader_epoch, message.leader_id, now_ms)
             self._last_leader_contact_ms = now_ms
 
+    @property
+    def _quorum_deadline_ms(self) -> int:
+        """When the leader resigns unless more voters fetch: the fetch timeout after the latest
+        fetch that, with the leader itself, makes a majority (never, as the only voter)."""
+        if self.majority == 1:
+            return NO_DEADLINE_MS
+        heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
+        return heard_ms[self.majority - 2] + self.config.fetch_timeout_ms
+
     def _check_quorum(self, now_ms: int) -> None:
         """A leader that has not heard from a majority within the fetch timeout resigns, so a
         partitioned leader stops answering for the quorum."""
-        heard = 1 + sum(1 for last_ms in self._voter_last_fetch_ms.values()
-                        if now_ms - last_ms < self.config.fetch_timeout_ms)
-        if heard < self.majority:
+        if now_ms >= self._quorum_deadline_ms:
             self._become_follower(self.epoch, NO_LEADER, now_ms)
 
     # ------------------------------------------------------------ replication

@@ -70,7 +70,7 @@ STATE_WRITE_TIMEOUT_MS = 5000  # how long a state write waits for the ISR (Kafka
 MARKER_WRITE_TIMEOUT_MS = 3000  # how long a marker waits for the ISR; below the peers' request timeout
 MARKER_RETRY_BACKOFF_MS = 100  # between rounds of markers to partitions that did not take theirs yet
 END_TXN_COMPLETION_WAIT_MS = 3000  # how long EndTxn waits for the markers before it answers anyway
-PEER_ERRORS = (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, KafkaError)
+PEER_ERRORS = (OSError, asyncio.TimeoutError, KafkaError)  # a call to another node failed, or was refused
 # What a producer is told when its partition's leader could not verify with the coordinator:
 # a retriable error, as Kafka's AddPartitionsToTxnManager maps them (KIP-890).
 VERIFICATION_RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
