@@ -68,7 +68,11 @@ def start_node(base_dir: Path, node_id: int, timeout_s: float = READY_TIMEOUT_S)
     """Start node_id from its recorded command line, detached; return its bootstrap address once ready."""
     command_path, pid_path, log_path = _paths(base_dir, node_id)
     pid = _pid(base_dir, node_id)
-    assert pid is None or not _alive(pid), f"node {node_id} is running (pid {pid})"
+    if pid is not None and _alive(pid):
+        raise RuntimeError(f"node {node_id} is running (pid {pid})")
+    if not command_path.exists():
+        raise RuntimeError(f"no node {node_id} in {base_dir} ({command_path.name} is missing): start the cluster "
+                           f"with `kspec cluster --nodes N --data-dir {base_dir}` first")
     command = json.loads(command_path.read_text())
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -195,10 +199,14 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m conformance.nodes {{{'|'.join(VERBS)}}} DIR NODE_ID", file=sys.stderr)
         return 2
     verb, base_dir, node_id = argv[0], Path(argv[1]), int(argv[2])
-    if verb == "start":
-        print(start_node(base_dir, node_id))
-    else:
-        {"stop": stop_node, "pause": pause_node, "resume": resume_node}[verb](base_dir, node_id)
+    try:
+        if verb == "start":
+            print(start_node(base_dir, node_id))
+        else:
+            {"stop": stop_node, "pause": pause_node, "resume": resume_node}[verb](base_dir, node_id)
+    except RuntimeError as e:  # a node that is not there, or not in the state the verb needs
+        print(f"conformance.nodes {verb}: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

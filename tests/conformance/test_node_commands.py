@@ -50,3 +50,10 @@ def test_pausing_a_node_that_is_not_running_fails_with_a_reason(tmp_path):
 def test_an_unknown_verb_is_a_usage_error(tmp_path):
     done = run_command("freeze", tmp_path)
     assert done.returncode == 2 and "stop|start|pause|resume" in done.stderr
+
+
+def test_a_command_on_a_directory_without_a_cluster_says_so_in_one_line(tmp_path):
+    for verb in ("pause", "start"):
+        done = run_command(verb, tmp_path)
+        assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "kspec cluster --nodes N --data-dir" in done.stderr
