@@ -15,6 +15,16 @@ watermark is the offset a majority of voters have fetched past, and only moves o
 entry of its own epoch is in it (Raft §5.4.2: a new leader first commits the LeaderChange
 entry it appends).
 
+Observers (KIP-595): a node whose id is not among the voters, such as a broker-only node
+(process.roles=broker), replicates the log without a say in it. It never votes or stands
+for election, and its fetches count toward neither the high watermark nor the leader's
+quorum check. It fetches from the leader like a follower and learns the high watermark
+from the answers. When it knows no leader, or its leader has not answered within the fetch
+timeout, it asks the voters in turn, one every retry backoff: a voter that is not the leader
+of the observer's epoch answers with the leader and epoch it knows (KIP-595's
+NOT_LEADER_OR_FOLLOWER with the current leader). Voters' fetches to a non-leader are still
+ignored, so the voters behave exactly as without observers.
+
 Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs: messages in
 `outbox` (taken by the caller), committed entries via `take_committed()`, and `next_tick_ms`,
 when a tick next has timed work (a caller may sleep until then). The durable state
@@ -104,6 +114,7 @@ class FetchResponse:
     diverging_end_offset: int = -1
     snapshot: Snapshot | None = None
     fetch_offset: int = -1  # the request's: a late answer to an earlier fetch must not be appended twice
+    not_leader: bool = False  # to an observer: the responder is not the leader; leader_id, epoch: what it knows
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,7 @@ class VoterState:
 class RaftConfig:
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
+    retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms: a leaderless observer asks the next voter
 
     @property
     def fetch_max_wait_ms(self) -> int:
@@ -158,10 +170,15 @@ class RaftNode:
     _voter_caught_up_ms: dict[int, int] = field(default_factory=dict)
     _last_leader_contact_ms: int = -1
     _epoch_start_offset: int = 0
+    _voters_asked: int = 0  # a leaderless observer's Fetches so far: the next goes to voters[_voters_asked % len]
 
     def __post_init__(self) -> None:
-        assert self.node_id in self.voters, (self.node_id, self.voters)
+        assert self.voters and len(set(self.voters)) == len(self.voters), self.voters
         self.applied_offset = self.high_watermark = self.snapshot.end_offset
+
+    @property
+    def is_observer(self) -> bool:
+        return self.node_id not in self.voters
 
     # ------------------------------------------------------------ the log
 
@@ -203,6 +220,9 @@ class RaftNode:
     def tick(self, now_ms: int) -> None:
         if self._timer_deadline_ms < 0:
             self._reset_election_timer(now_ms)
+        if self.is_observer:
+            self._tick_observer(now_ms)
+            return
         if self.role is RaftRole.LEADER:
             self._answer_parked_fetches(now_ms)
             self._check_quorum(now_ms)
@@ -222,6 +242,8 @@ class RaftNode:
         to the past."""
         if self._timer_deadline_ms < 0:
             return self._timer_deadline_ms  # never ticked yet
+        if self.is_observer:
+            return self._observer_next_tick_ms
         if self.role is RaftRole.LEADER:
             return min([self._quorum_deadline_ms, *(answer_by_ms for _, answer_by_ms in self._parked_fetches.values())])
         if self.role is RaftRole.FOLLOWER and self.leader_id not in (NO_LEADER, self.node_id):
@@ -272,6 +294,9 @@ class RaftNode:
         return len(self.voters) // 2 + 1
 
     def _reset_election_timer(self, now_ms: int) -> None:
+        if self.is_observer:  # no election to stand in: the time after which its leader counts as silent
+            self._timer_deadline_ms = now_ms + self.config.fetch_timeout_ms
+            return
         jitter_ms = self.random.randrange(self.config.election_timeout_ms)
         self._timer_deadline_ms = now_ms + self.config.election_timeout_ms + jitter_ms
 
@@ -327,7 +352,9 @@ class RaftNode:
     def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
         """Grant at most one vote per epoch (§5.2), and only to a log at least as up to date as
         ours (§5.4.1). A pre-vote changes nothing here and is refused while we still hear
-        from a leader."""
+        from a leader. An observer has no vote to give."""
+        if self.is_observer:
+            return
         up_to_date = (request.last_offset_epoch, request.last_offset) >= (self.last_epoch, self.log_end_offset)
         if request.pre_vote:
             leader_alive = (self.role is RaftRole.LEADER or (
@@ -389,9 +416,36 @@ class RaftNode:
 
     def _send_fetch(self, now_ms: int) -> None:
         self._fetch_sent_ms = now_ms
-        self.outbox.append((self.leader_id, FetchRequest(self.node_id, self.epoch, self.log_end_offset,
-                                                         self.last_epoch, self.high_watermark,
-                                                         self.config.fetch_max_wait_ms)))
+        destination = self.leader_id
+        if destination == NO_LEADER:  # only an observer fetches without a leader: it asks the voters in turn
+            destination = self.voters[self._voters_asked % len(self.voters)]
+            self._voters_asked += 1
+        self.outbox.append((destination, FetchRequest(self.node_id, self.epoch, self.log_end_offset,
+                                                      self.last_epoch, self.high_watermark,
+                                                      self.config.fetch_max_wait_ms)))
+
+    def _tick_observer(self, now_ms: int) -> None:
+        """Fetch from the leader; a leader silent for the fetch timeout is forgotten, and the
+        voters are asked in turn until one names the leader."""
+        if self.leader_id != NO_LEADER and now_ms >= self._timer_deadline_ms:
+            self.leader_id, self._fetch_sent_ms = NO_LEADER, -1
+        if now_ms >= self._observer_fetch_due_ms:
+            self._send_fetch(now_ms)
+
+    @property
+    def _observer_fetch_due_ms(self) -> int:
+        """Now when no Fetch is in flight; else the request timeout after it was sent to the
+        leader, or the retry backoff after it was sent to a voter while no leader is known."""
+        if self._fetch_sent_ms < 0:
+            return self._fetch_sent_ms
+        wait_ms = self.config.fetch_request_timeout_ms if self.leader_id != NO_LEADER else self.config.retry_backoff_ms
+        return self._fetch_sent_ms + wait_ms
+
+    @property
+    def _observer_next_tick_ms(self) -> int:
+        if self.leader_id == NO_LEADER:
+            return self._observer_fetch_due_ms
+        return min(self._observer_fetch_due_ms, self._timer_deadline_ms)
 
     def _reply(self, request: FetchRequest, **fields) -> None:
         self.outbox.append((request.replica_id, FetchResponse(self.node_id, self.epoch,
@@ -414,6 +468,12 @@ class RaftNode:
                 self._answer_with_entries(request)
 
     def _on_fetch_request(self, request: FetchRequest, now_ms: int) -> None:
+        if request.replica_id not in self.voters and (self.role is not RaftRole.LEADER or request.epoch != self.epoch):
+            # An observer asked a voter that is not its epoch's leader: name the leader and epoch we
+            # know (KIP-595's NOT_LEADER_OR_FOLLOWER). A voter's Fetch here stays unanswered.
+            self.outbox.append((request.replica_id, FetchResponse(self.leader_id, self.epoch, not_leader=True,
+                                                                  fetch_offset=request.fetch_offset)))
+            return
         if request.epoch > self.epoch:
             self._become_follower(request.epoch, NO_LEADER, now_ms)
             return
@@ -429,11 +489,12 @@ class RaftNode:
                                                              or end_offset < request.fetch_offset):
             self._reply(request, diverging_epoch=epoch, diverging_end_offset=end_offset)
             return
-        self._voter_last_fetch_ms[request.replica_id] = now_ms
-        self._voter_end_offsets[request.replica_id] = request.fetch_offset
-        if request.fetch_offset >= self.log_end_offset:
-            self._voter_caught_up_ms[request.replica_id] = now_ms
-        self._maybe_advance_high_watermark()
+        if request.replica_id in self.voters:  # an observer's progress commits nothing, keeps no leader in office
+            self._voter_last_fetch_ms[request.replica_id] = now_ms
+            self._voter_end_offsets[request.replica_id] = request.fetch_offset
+            if request.fetch_offset >= self.log_end_offset:
+                self._voter_caught_up_ms[request.replica_id] = now_ms
+            self._maybe_advance_high_watermark()
         self._parked_fetches.pop(request.replica_id, None)  # overtaken by this one
         self._answer_parked_fetches()  # the high watermark this fetch moved is news to the others
         if self._has_news_for(request) or request.max_wait_ms <= NO_WAIT_MS:
@@ -444,6 +505,10 @@ class RaftNode:
     def _on_fetch_response(self, response: FetchResponse, now_ms: int) -> None:
         if response.epoch > self.epoch or self._learns_leader(response.epoch, response.leader_id):
             self._become_follower(response.epoch, response.leader_id, now_ms)
+        if response.not_leader:  # to an observer, from a voter that is not the leader
+            if self.leader_id != NO_LEADER and self._fetch_sent_ms < 0:
+                self._send_fetch(now_ms)  # it named a leader we did not know: fetch from it at once
+            return
         if response.epoch != self.epoch or self.role is not RaftRole.FOLLOWER or response.fenced:
             return
         if response.snapshot is None and response.fetch_offset not in (-1, self.log_end_offset):
