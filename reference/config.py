@@ -79,10 +79,12 @@ class BrokerConfig:
     # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default.
     kspec_bug_serve_aborted_to_read_committed: bool = False
     kspec_bug_late_produce_joins_next_transaction: bool = False
-    # Cluster mode (reference/node/cluster.py): set controller.quorum.voters to run this node
-    # as broker and controller of a KRaft-style quorum; empty keeps the single-node broker.
+    # Cluster mode (reference/node/cluster.py): set controller.quorum.voters to run this node in
+    # a KRaft-style cluster; empty keeps the single-node broker. process.roles (KIP-500): broker
+    # and controller in one process (combined mode), or broker only (an observer of the metadata
+    # log, not in the voters), or controller only (a voter that serves no clients).
     process_roles: str = "broker,controller"
-    controller_quorum_voters: str = ""  # "1@127.0.0.1:9092,2@127.0.0.1:9093,..."
+    controller_quorum_voters: str = ""  # the controllers only: "3001@127.0.0.1:9093,3002@127.0.0.1:9094,..."
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000
     broker_heartbeat_interval_ms: int = 2000
@@ -97,6 +99,19 @@ class BrokerConfig:
     kspec_bug_ack_before_isr: bool = False
     kspec_bug_count_fenced_follower_into_hw: bool = False
     kspec_bug_read_above_hw: bool = False
+
+    @property
+    def roles(self) -> frozenset[str]:
+        """process.roles as a set: {"broker"}, {"controller"} or both."""
+        return frozenset(role.strip() for role in self.process_roles.split(","))
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -134,8 +149,6 @@ class BrokerConfig:
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
             (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),
             (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),
-            (self.process_roles == "broker,controller" or not self.controller_quorum_voters,
-             "only combined mode is supported: process.roles=broker,controller"),
             (self.kspec_bug_truncation in ("hw", "kip101", "kip279"), "kspec.bug.truncation must be hw, kip101 or kip279"),
             (self.broker_session_timeout_ms > self.broker_heartbeat_interval_ms,
              "broker.session.timeout.ms must exceed broker.heartbeat.interval.ms"),
@@ -143,6 +156,24 @@ class BrokerConfig:
         for holds, message in problems:
             if not holds:
                 raise ValueError(message)
+        self._check_roles()
+
+    def _check_roles(self) -> None:
+        """A controller is a voter and a broker-only node is not (it observes the metadata log)."""
+        roles = [role.strip() for role in self.process_roles.split(",")]
+        if sorted(roles) not in (["broker"], ["controller"], ["broker", "controller"]):
+            raise ValueError(f"process.roles must be broker, controller or broker,controller, not {self.process_roles!r}")
+        if not self.controller_quorum_voters:
+            if self.roles != {"broker", "controller"}:
+                raise ValueError(f"process.roles={self.process_roles} needs controller.quorum.voters")
+            return
+        voter = self.node_id in parse_voters(self.controller_quorum_voters)
+        if self.is_controller and not voter:
+            raise ValueError(f"node.id {self.node_id} has process.roles={self.process_roles} but is not in "
+                             "controller.quorum.voters")
+        if not self.is_controller and voter:
+            raise ValueError(f"node.id {self.node_id} is broker-only (process.roles=broker) but is in "
+                             "controller.quorum.voters, which lists the controllers only")
 
     def topic_defaults(self) -> dict[str, str]:
         """The broker's defaults for topic-level configs, keyed by the topic config name."""
@@ -150,6 +181,18 @@ class BrokerConfig:
             topic_key: _format(getattr(self, broker_key.replace(".", "_")))
             for broker_key, topic_key in TOPIC_DEFAULT_SYNONYMS.items()
         }
+
+
+def parse_voters(voters: str) -> dict[int, tuple[str, int]]:
+    """controller.quorum.voters, `1@127.0.0.1:9092,2@127.0.0.1:9093` -> {1: ("127.0.0.1", 9092), ...}."""
+    parsed = {}
+    for voter in voters.split(","):
+        node_id, sep, address = voter.strip().partition("@")
+        host, sep2, port = address.rpartition(":")
+        if not (sep and sep2 and node_id.isdigit() and port.isdigit()):
+            raise ValueError(f"controller.quorum.voters entry {voter!r} is not ID@HOST:PORT")
+        parsed[int(node_id)] = (host, int(port))
+    return parsed
 
 
 def parse_listener(listener: str) -> tuple[str, int]:

@@ -138,9 +138,14 @@ class BrokerProcess:
         return line.decode(errors="replace").strip()
 
 
+CONTROLLER_ID_BASE = 3000  # separate controllers are nodes 3001..3000+M, as in Kafka's documentation
+
+
 class ClusterProcess:
-    """N `kspec broker` processes in combined mode, one per node, on 127.0.0.1: for tests, the
-    conformance suite and the fault harness.
+    """A cluster of `kspec broker` processes, one per node, on 127.0.0.1: for tests, the
+    conformance suite and the fault harness. With controllers=0 (the default) the N nodes run
+    in combined mode (process.roles=broker,controller, every node a voter); with controllers=M,
+    M controller-only nodes form the quorum and the N nodes are broker-only.
 
         with ClusterProcess(base_dir, nodes=3, overrides={...}) as cluster:
             cluster.bootstrap             # "127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3"
@@ -150,25 +155,37 @@ class ClusterProcess:
 
     Every node's command line names its listen address and the whole voters list
     (controller.quorum.voters), so a runner may start the same commands elsewhere (e.g. in
-    network namespaces, with `hosts` giving each node's address). Node ids are 1..N.
+    network namespaces, with `hosts` giving each node's address, brokers first). Brokers are
+    nodes 1..N, so node control and the fault harness address them as in combined mode;
+    controllers are CONTROLLER_ID_BASE + 1.. + M, ids no broker can have. The bootstrap list
+    names the brokers only: controllers serve no clients.
     """
 
-    def __init__(self, base_dir: str, nodes: int = 3, *, base_port: int | None = None,
+    def __init__(self, base_dir: str, nodes: int = 3, *, controllers: int = 0, base_port: int | None = None,
                  hosts: list[str] | None = None, overrides: dict[str, str] | None = None) -> None:
-        assert nodes >= 1
+        assert nodes >= 1 and controllers >= 0, (nodes, controllers)
         os.makedirs(base_dir, exist_ok=True)
-        hosts = hosts or ["127.0.0.1"] * nodes
-        ports = [base_port + i for i in range(nodes)] if base_port else _free_ports(nodes)
-        self.addresses = {node_id: f"{hosts[node_id - 1]}:{ports[node_id - 1]}" for node_id in range(1, nodes + 1)}
-        voters = ",".join(f"{node_id}@{address}" for node_id, address in self.addresses.items())
+        self.broker_ids = list(range(1, nodes + 1))
+        self.controller_ids = [CONTROLLER_ID_BASE + i for i in range(1, controllers + 1)]
+        node_ids = self.broker_ids + self.controller_ids
+        hosts = hosts or ["127.0.0.1"] * len(node_ids)
+        ports = [base_port + i for i in range(len(node_ids))] if base_port else _free_ports(len(node_ids))
+        self.addresses = {node_id: f"{host}:{port}" for node_id, host, port in zip(node_ids, hosts, ports)}
+        voter_ids = self.controller_ids or self.broker_ids
+        voters = ",".join(f"{node_id}@{self.addresses[node_id]}" for node_id in voter_ids)
+        roles = {node_id: "broker,controller" for node_id in node_ids} if not controllers else {
+            **dict.fromkeys(self.broker_ids, "broker"), **dict.fromkeys(self.controller_ids, "controller")}
+        # Controllers first: brokers register with the quorum they form.
         self.nodes = {
-            node_id: BrokerProcess(os.path.join(base_dir, f"node{node_id}"), listen=address, node_id=node_id,
-                                   overrides={"controller.quorum.voters": voters, **(overrides or {})})
-            for node_id, address in self.addresses.items()}
+            node_id: BrokerProcess(os.path.join(base_dir, f"node{node_id}"), listen=self.addresses[node_id],
+                                   node_id=node_id,
+                                   overrides={"process.roles": roles[node_id], "controller.quorum.voters": voters,
+                                              **(overrides or {})})
+            for node_id in self.controller_ids + self.broker_ids}
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(self.addresses.values())
+        return ",".join(self.addresses[node_id] for node_id in self.broker_ids)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
         """Start every node, wait until every broker is registered and every partition has a leader."""
@@ -178,7 +195,7 @@ class ClusterProcess:
         return self.bootstrap
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S, brokers: int | None = None) -> None:
-        brokers = len(self.running_nodes()) if brokers is None else brokers
+        brokers = len(self.running_brokers()) if brokers is None else brokers
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if cluster_ready(self.metadata(), brokers):
@@ -188,7 +205,7 @@ class ClusterProcess:
 
     def metadata(self, topic: str | None = None):
         """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
-        running = [self.addresses[node_id] for node_id in self.running_nodes()]
+        running = [self.addresses[node_id] for node_id in self.running_brokers()]
         return cluster_metadata(",".join(running), topic) if running else None
 
     def leader_of(self, topic: str, partition: int) -> int:
@@ -199,11 +216,16 @@ class ClusterProcess:
         return metadata.topics[topic].partitions[partition].leader
 
     def controller_id(self) -> int:
+        """Metadata's ControllerId: the active controller in combined mode; with separate
+        controllers, a live broker, which forwards admin requests to the active controller."""
         metadata = self.metadata()
         return -1 if metadata is None else metadata.controller_id
 
     def running_nodes(self) -> list[int]:
         return [node_id for node_id, node in self.nodes.items() if node.running]
+
+    def running_brokers(self) -> list[int]:
+        return [node_id for node_id in self.broker_ids if self.nodes[node_id].running]
 
     def start_node(self, node_id: int, timeout_s: float = READY_TIMEOUT_S) -> str:
         return self.nodes[node_id].start(timeout_s)

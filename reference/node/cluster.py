@@ -1,13 +1,19 @@
-"""One node of a replicated kspec cluster in combined mode (KRaft's process.roles=broker,controller).
+"""One node of a replicated kspec cluster, in any of KRaft's process.roles (KIP-500, KIP-631).
 
-The node is a voter of the controller quorum (DurableRaftNode over `__cluster_metadata-0`)
-and a broker. Everything it knows of the cluster comes from replaying the committed metadata
+- broker,controller (combined mode): a voter of the controller quorum (DurableRaftNode over
+  `__cluster_metadata-0`) and a broker.
+- controller: a voter only. It may become the active controller; it never registers as a
+  broker, so it hosts no partitions and no coordinators, and Metadata never lists it.
+- broker: an observer of the metadata log (not in controller.quorum.voters): it replicates
+  and replays the log but has no vote, and is never the active controller.
+
+Everything it knows of the cluster comes from replaying the committed metadata
 log, in order, into two views: ControllerState (brokers, partitions with leaders, ISRs and
 epochs; what the active controller decides from) and MetadataImage (topics, configs and
 producer-id blocks; what the single-node handlers read). Each partition with a replica here
 is a PartitionReplica over its Log, told of every change of its partition record.
 
-While it is the Raft leader (and has committed an entry of its own epoch, so it has applied
+While it is the Raft leader (a controller role's node only) (and has committed an entry of its own epoch, so it has applied
 everything before), the node is the active controller: admin requests, broker registrations
 and heartbeats, and AlterPartition turn into records (`pending_records`) that the shell
 proposes to the quorum and waits to see committed before it answers.
@@ -33,12 +39,12 @@ import logging
 import os
 import uuid
 
-from reference.config import BrokerConfig
+from reference.config import BrokerConfig, parse_voters
 from reference.controller.raft import RaftConfig, RaftRole
 from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerState
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
-from reference.node.quorum import DurableRaftNode, parse_voters
+from reference.node.quorum import DurableRaftNode
 from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.replication import (
@@ -87,7 +93,7 @@ class ClusterBroker(Broker):
         self.data_dir = config.log_dirs
         os.makedirs(self.data_dir, exist_ok=True)
         self.voters = parse_voters(config.controller_quorum_voters)
-        assert config.node_id in self.voters, f"node.id {config.node_id} is not in controller.quorum.voters"
+        assert config.is_controller == (config.node_id in self.voters), "controllers are the voters (config.check)"
         self.cluster_id = self._load_meta_properties()
         self.raft = DurableRaftNode.open(
             os.path.join(self.data_dir, METADATA_PARTITION_DIR), config.node_id, tuple(sorted(self.voters)),
@@ -127,8 +133,22 @@ class ClusterBroker(Broker):
         return {**SUPPORTED_API_VERSIONS, **CLUSTER_ONLY_API_VERSIONS}
 
     @property
-    def controller_id(self) -> int:
+    def active_controller_id(self) -> int:
+        """The Raft leader: where registrations, heartbeats, AlterPartition and admin requests go."""
         return self.raft.leader_id
+
+    @property
+    def controller_id(self) -> int:
+        """The ControllerId clients see in Metadata and DescribeCluster. In combined mode, the
+        active controller. With separate controllers clients cannot reach a controller, so, as
+        Kafka's KRaft brokers do, a live broker (this one, once live), which forwards the admin
+        requests clients send it (KIP-590)."""
+        if self.config.is_controller:
+            return self.active_controller_id
+        live = self.controller.unfenced_broker_ids
+        if self.broker_epoch >= 0 and self.config.node_id in live:
+            return self.config.node_id
+        return live[0] if live else NO_LEADER
 
     @property
     def is_active_controller(self) -> bool:

@@ -37,18 +37,6 @@ READ_BYTES_MAX = 1 << 20
 RAFT_MESSAGES = {cls.__name__: cls for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse)}
 
 
-def parse_voters(voters: str) -> dict[int, tuple[str, int]]:
-    """controller.quorum.voters, `1@127.0.0.1:9092,2@127.0.0.1:9093` -> {1: ("127.0.0.1", 9092), ...}."""
-    parsed = {}
-    for voter in voters.split(","):
-        node_id, sep, address = voter.strip().partition("@")
-        host, sep2, port = address.rpartition(":")
-        if not (sep and sep2 and node_id.isdigit() and port.isdigit()):
-            raise ValueError(f"controller.quorum.voters entry {voter!r} is not ID@HOST:PORT")
-        parsed[int(node_id)] = (host, int(port))
-    return parsed
-
-
 class DurableRaftNode(RaftNode):
     """A RaftNode whose log lives in a Log on disk and whose vote lives in quorum-state."""
 

@@ -1,22 +1,32 @@
 """The asyncio shell of a cluster node (reference/node/cluster.py): the BrokerServer plus the
 traffic between nodes.
 
-Tasks, each a loop around the sans-IO cores:
-- raft: ticks the Raft core when it has timed work due, sends its outbox (one sender per voter, over KspecController
-  "raft" requests), persists before sending, and replays what was committed.
-- lifecycle: registers this broker with the active controller, then heartbeats (KIP-631), over
+Tasks, each a loop around the sans-IO cores (which ones run depends on process.roles):
+- raft (every node): ticks the Raft core when it has timed work due, sends its outbox (one sender per voter,
+  over KspecController "raft" requests), persists before sending, and replays what was committed.
+  Between voters a raft message is one-way: the request carries it, the response is empty, and the
+  answer travels as a request of its own. An observer (a broker-only node) is in nobody's voters
+  list, so no node knows its address: its Fetch is answered in the response to the observer's own
+  request. The receiving voter registers a waiter for the observer before handing the Fetch to its
+  core, and when the core's outbox holds a message for that observer the shell completes the
+  waiter with it instead of queueing it; the leader may hold the Fetch (the long poll) and answer
+  it when there is news, as for a voter. The observer's sender feeds the answer to its own core.
+- lifecycle (brokers): registers this broker with the active controller, then heartbeats (KIP-631), over
   connections of its own.
-- controller: while active, fences brokers whose session expired and elects leaders for
+- controller (controllers): while active, fences brokers whose session expired and elects leaders for
   offline partitions; answers registrations, heartbeats and AlterPartition from brokers and
   admin requests that other nodes forward (KIP-590), one command at a time, each answered
   after its records are committed.
-- replica fetchers: one per leader this node follows; OffsetForLeaderEpoch while a replica
+- replica fetchers (brokers): one per leader this node follows; OffsetForLeaderEpoch while a replica
   truncates, then Fetch with the replica id, long-polling on the leader.
 - tick: ISR shrinks and expansions go to the controller as AlterPartition, one batch in flight.
 - groups and transactions: the coordinators' timers, and internal topics they want created
   through the active controller (replication factor capped by the live brokers).
 - inter-broker requests for the transaction coordinator (`broker.send_request`): markers to
   partition leaders, KIP-890 verification, producer ids; one connection per broker.
+
+A controller-only node serves no clients: a request other than ApiVersions or DescribeQuorum
+closes the connection with one log line, as a Kafka controller's listener does.
 """
 from __future__ import annotations
 
@@ -30,6 +40,7 @@ from reference.handlers.groups import has_group_node, tick_groups
 from reference.handlers.transactions import tick_transactions
 from reference.node.broker import TopicPartition
 from reference.node.cluster import ClusterBroker
+from reference.controller.raft import FetchRequest
 from reference.node.quorum import decode_raft_message, encode_raft_message
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import is_supported
@@ -53,12 +64,14 @@ PEER_ERRORS = (OSError, asyncio.TimeoutError)  # a peer that is gone, refuses, o
 PEER_RESPONSE_MAX_BYTES = 100 * 1024 * 1024  # a response frame from another node (socket.request.max.bytes)
 COMMIT_TIMEOUT_S = 5.0
 RAFT_QUEUE_MAX = 100  # raft messages waiting for one peer; older ones are dropped (Raft tolerates loss)
+RAFT_SEND_TIMEOUT_S = 1.0  # one raft message's delivery; an observer's Fetch also waits its max_wait_ms
 FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active controller
 FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId field
 REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes default
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM}
+CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM}  # process.roles=controller
 
 
 class PeerConnection:
@@ -151,6 +164,7 @@ class ClusterServer(BrokerServer):
         self._raft_queues: dict[int, asyncio.Queue] = {}
         self._raft_due = asyncio.Event()  # an input moved the Raft core's next tick before _raft_wake_ms
         self._raft_wake_ms = 0  # when the Raft loop wakes next
+        self._observer_fetches: dict[int, asyncio.Future] = {}  # observer id -> its pending Fetch's answer
         self._broker_connections: dict[int, PeerConnection] = {}
         self._fetchers: dict[int, asyncio.Task] = {}
         self._creating: dict[str, asyncio.Task] = {}  # internal topics being created through the controller
@@ -163,9 +177,11 @@ class ClusterServer(BrokerServer):
         address = await super().start()
         self._raft_queues = {node_id: asyncio.Queue() for node_id in self.broker.voters
                              if node_id != self.broker.config.node_id}
+        config = self.broker.config
         self._tasks = [asyncio.create_task(loop) for loop in (
-            self._raft_loop(), self._lifecycle_loop(), self._controller_loop(), self._fetcher_manager_loop(),
-            *(self._raft_sender(node_id) for node_id in self._raft_queues))]
+            self._raft_loop(), *(self._raft_sender(node_id) for node_id in self._raft_queues),
+            *((self._lifecycle_loop(), self._fetcher_manager_loop()) if config.is_broker else ()),
+            *((self._controller_loop(),) if config.is_controller else ()))]
         return address
 
     async def stop(self) -> None:
@@ -191,6 +207,9 @@ class ClusterServer(BrokerServer):
     async def _handle(self, frame) -> list | None:
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
+        if not self.broker.config.is_broker and api_key not in CONTROLLER_ONLY_APIS:
+            raise CloseConnection(f"api key {api_key} from {header.client_id!r}: node {self.broker.config.node_id} "
+                                  "is a controller only (process.roles=controller); clients talk to brokers")
         if api_key == ApiKey.KSPEC_CONTROLLER:
             request = decode_request(api_key, header.api_version, frame[body_offset:])
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
@@ -236,7 +255,7 @@ class ClusterServer(BrokerServer):
                 except KafkaError as e:
                     if e.code != ErrorCode.NOT_CONTROLLER:
                         raise
-            elif (controller_id := self.broker.controller_id) >= 0:
+            elif (controller_id := self.broker.active_controller_id) >= 0:
                 try:
                     error, payload = await self._call_voter(controller_id, "envelope", bytes(frame))
                     if error == ErrorCode.NONE:
@@ -259,9 +278,7 @@ class ClusterServer(BrokerServer):
 
     async def _on_internal(self, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
         if kind == "raft":
-            self.broker.raft.receive(decode_raft_message(payload), now_ms())
-            self._after_raft()
-            return ErrorCode.NONE, b""
+            return ErrorCode.NONE, await self._on_raft_message(decode_raft_message(payload))
         if kind == "envelope":
             try:
                 chunks = await self._run_as_controller(payload)
@@ -308,7 +325,7 @@ class ClusterServer(BrokerServer):
         if self.broker.is_active_controller:
             error, _ = await self._controller_command(kind, request)
             return error
-        controller_id = self.broker.controller_id
+        controller_id = self.broker.active_controller_id
         if controller_id < 0:
             return ErrorCode.NOT_CONTROLLER
         error, _ = await self._call_voter(controller_id, kind, json.dumps(request).encode(), connections)
@@ -350,6 +367,11 @@ class ClusterServer(BrokerServer):
         raft = self.broker.raft
         raft.persist(now)
         for destination, message in raft.take_outbox():
+            if destination not in self._raft_queues:  # an observer: the answer rides on its pending request
+                answer = self._observer_fetches.pop(destination, None)
+                if answer is not None and not answer.done():
+                    answer.set_result(message)
+                continue
             queue = self._raft_queues[destination]
             if queue.qsize() >= RAFT_QUEUE_MAX:
                 queue.get_nowait()
@@ -392,15 +414,41 @@ class ClusterServer(BrokerServer):
             except asyncio.TimeoutError:
                 pass
 
+    async def _on_raft_message(self, message) -> bytes:
+        """Hand a raft message to the core; b"" back, or, for an observer's Fetch, the answer."""
+        from_observer = isinstance(message, FetchRequest) and message.replica_id not in self.broker.voters
+        if from_observer:
+            overtaken = self._observer_fetches.pop(message.replica_id, None)
+            if overtaken is not None and not overtaken.done():
+                overtaken.set_result(None)  # as the core drops a held Fetch that a newer one overtakes
+            answer = self._observer_fetches[message.replica_id] = asyncio.get_running_loop().create_future()
+        self.broker.raft.receive(message, now_ms())
+        self._after_raft()
+        if not from_observer:
+            return b""
+        try:
+            response = await asyncio.wait_for(answer, RAFT_SEND_TIMEOUT_S + message.max_wait_ms / 1000)
+        except asyncio.TimeoutError:  # e.g. a leader that stepped down dropped the held Fetch
+            return b""
+        finally:
+            if self._observer_fetches.get(message.replica_id) is answer:
+                del self._observer_fetches[message.replica_id]
+        return b"" if response is None else encode_raft_message(response)
+
     async def _raft_sender(self, node_id: int) -> None:
         queue = self._raft_queues[node_id]
         while True:
             message = await queue.get()
+            wait_s = message.max_wait_ms / 1000 if isinstance(message, FetchRequest) and self.broker.raft.is_observer else 0
             try:
-                await self._raft_connections[node_id].call(
-                    ApiKey.KSPEC_CONTROLLER, 0, {"kind": "raft", "payload": encode_raft_message(message)}, 1.0)
+                response = await self._raft_connections[node_id].call(
+                    ApiKey.KSPEC_CONTROLLER, 0, {"kind": "raft", "payload": encode_raft_message(message)},
+                    RAFT_SEND_TIMEOUT_S + wait_s)
             except PEER_ERRORS:
-                pass  # lost, as on a real network; Raft retries by itself
+                continue  # lost, as on a real network; Raft retries by itself
+            if response.payload:  # the answer to this observer's Fetch
+                self.broker.raft.receive(decode_raft_message(bytes(response.payload)), now_ms())
+                self._after_raft()
 
     # ------------------------------------------------------------ broker lifecycle and controller duties
 
