@@ -13,8 +13,9 @@ For a reference cluster started by LocalCluster they are:
 A paused node keeps its sockets: peers and clients can still connect, and what they send
 waits in the kernel until the node resumes, as with a long garbage-collection pause.
 
-LocalCluster(DIR, nodes, overrides) starts `kspec broker` processes in combined mode (the
-command lines of reference.process.ClusterProcess) detached from the caller, and keeps each
+LocalCluster(DIR, nodes, overrides, controllers=M) starts `kspec broker` processes (the
+command lines of reference.process.ClusterProcess: N combined-mode nodes, or with M > 0, M
+controller-only nodes 3001.. and N broker-only nodes 1..N) detached from the caller, and keeps each
 node's command line in DIR/node<N>.json, its pid in DIR/node<N>.pid and its output in
 DIR/node<N>.log, which is all the commands need. A node started by a command outlives
 the command; LocalCluster.stop() stops whichever process holds each node's pid file.
@@ -131,12 +132,13 @@ class LocalCluster:
     """A reference cluster whose nodes the commands above can control."""
 
     def __init__(self, base_dir: str, nodes: int = 3, overrides: dict[str, str] | None = None, *,
-                 base_port: int | None = None) -> None:
+                 controllers: int = 0, base_port: int | None = None) -> None:
         from reference.process import ClusterProcess  # only for the command lines and addresses
 
         self.base_dir = Path(base_dir)
-        self.layout = ClusterProcess(base_dir, nodes, base_port=base_port, overrides=overrides)
-        self.node_ids = sorted(self.layout.nodes)
+        self.layout = ClusterProcess(base_dir, nodes, controllers=controllers, base_port=base_port,
+                                     overrides=overrides)
+        self.node_ids = list(self.layout.nodes)  # controllers first: brokers register with their quorum
 
     @property
     def bootstrap(self) -> str:
@@ -172,11 +174,11 @@ class LocalCluster:
         return -1 if metadata is None else metadata.controller_id
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Until every node is a registered broker, a controller is known and every partition has a leader."""
+        """Until every broker is registered, a controller is known and every partition has a leader."""
         from reference.process import cluster_ready
         deadline = time.monotonic() + timeout_s
         while True:
-            if cluster_ready(self.metadata(), len(self.node_ids)):
+            if cluster_ready(self.metadata(), len(self.layout.broker_ids)):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cluster {self.bootstrap} not ready within {timeout_s:.0f} s")

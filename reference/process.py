@@ -173,14 +173,15 @@ class ClusterProcess:
         self.addresses = {node_id: f"{host}:{port}" for node_id, host, port in zip(node_ids, hosts, ports)}
         voter_ids = self.controller_ids or self.broker_ids
         voters = ",".join(f"{node_id}@{self.addresses[node_id]}" for node_id in voter_ids)
-        roles = {node_id: "broker,controller" for node_id in node_ids} if not controllers else {
-            **dict.fromkeys(self.broker_ids, "broker"), **dict.fromkeys(self.controller_ids, "controller")}
+        # process.roles of controller-only and broker-only nodes; combined mode keeps the default.
+        roles = {**dict.fromkeys(self.controller_ids, "controller"),
+                 **dict.fromkeys(self.broker_ids if controllers else [], "broker")}
         # Controllers first: brokers register with the quorum they form.
         self.nodes = {
             node_id: BrokerProcess(os.path.join(base_dir, f"node{node_id}"), listen=self.addresses[node_id],
                                    node_id=node_id,
-                                   overrides={"process.roles": roles[node_id], "controller.quorum.voters": voters,
-                                              **(overrides or {})})
+                                   overrides={**({"process.roles": roles[node_id]} if node_id in roles else {}),
+                                              "controller.quorum.voters": voters, **(overrides or {})})
             for node_id in self.controller_ids + self.broker_ids}
 
     @property

@@ -19,7 +19,8 @@ from confluent_kafka.admin import AdminClient
 from kafka.errors import KafkaError as KafkaPythonError
 from kafka.protocol.api_key import ApiKey
 
-from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, ApiVersionsProbe, ConnectionWatch, OpsError, OpsGroup,
+from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, ApiVersionsProbe, BadUsage, ConnectionWatch, OpsError,
+                              OpsGroup,
                               await_metadata, bootstrap_option, client_config, node_list, print_table, result)
 
 NO_LEADER = -1
@@ -28,22 +29,30 @@ NO_TIMESTAMP = -1
 
 @click.group(cls=OpsGroup, invoke_without_command=True, epilog=EXIT_CODES_EPILOG)
 @click.option("--nodes", type=click.IntRange(1), help="Start a local reference cluster of this many nodes.")
+@click.option("--controllers", type=click.IntRange(1),
+              help="Run this many controller-only nodes (ids 3001..) and make the --nodes brokers only.")
 @click.option("--base-port", type=click.IntRange(1, 65535 - 64),
-              help="Node i listens on base-port + i - 1 (default: free ports).")
+              help="Node i listens on base-port + i - 1, controllers after the brokers (default: free ports).")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Nodes' data dirs go under it (default: a new temp dir).")
 @click.pass_context
-def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_dir: str | None) -> None:
+def cluster(ctx: click.Context, nodes: int | None, controllers: int | None, base_port: int | None,
+            data_dir: str | None) -> None:
     """Start a local reference cluster, or inspect a cluster.
 
-    With --nodes N: one `kspec broker` process per node on 127.0.0.1 in combined mode
-    (broker and controller), each with its own port and data dir. Once every partition has
-    a leader it prints each node's pid and command line, the commands that stop (kill -9),
-    start, pause (SIGSTOP) and resume one node, and a line with bootstrap=HOST:PORT,...;
-    Ctrl-C stops all. The node commands are what `kspec conformance` takes to kill leaders.
+    With --nodes N: one `kspec broker` process per node on 127.0.0.1, each with its own port
+    and data dir, in combined mode (every node a broker and a controller quorum voter,
+    process.roles=broker,controller). With --controllers M as well, KRaft's separate layout:
+    M controller-only nodes 3001..3000+M form the quorum and serve no clients, and the N nodes
+    1..N are broker-only (process.roles=broker); the bootstrap list names the brokers. Once
+    every partition has a leader it prints each node's pid and command line, which node is
+    what, the commands that stop (kill -9), start, pause (SIGSTOP) and resume one node (by
+    id, controllers too), and a line with bootstrap=HOST:PORT,...; Ctrl-C stops all. The node
+    commands are what `kspec conformance` takes to kill leaders.
 
     \b
     Examples:
       kspec cluster --nodes 3 --base-port 9092 --data-dir /tmp/kspec-cluster
+      kspec cluster --nodes 3 --controllers 3
       kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
           --node-stop-command 'python -m conformance.nodes stop /tmp/kspec-cluster {node_id}' \\
           --node-start-command 'python -m conformance.nodes start /tmp/kspec-cluster {node_id}'
@@ -52,17 +61,20 @@ def cluster(ctx: click.Context, nodes: int | None, base_port: int | None, data_d
     if ctx.invoked_subcommand is not None:
         return
     if nodes is None:
+        if controllers is not None:
+            raise BadUsage("--controllers needs --nodes: the brokers that go with the controllers "
+                           "(see `kspec cluster --help`)")
         click.echo(ctx.get_help())
         return
-    run_local_cluster(nodes, base_port, data_dir or tempfile.mkdtemp(prefix="kspec-cluster-"))
+    run_local_cluster(nodes, base_port, data_dir or tempfile.mkdtemp(prefix="kspec-cluster-"), controllers or 0)
 
 
-def run_local_cluster(nodes: int, base_port: int | None, data_dir: str) -> None:
+def run_local_cluster(nodes: int, base_port: int | None, data_dir: str, controllers: int = 0) -> None:
     from conformance.nodes import LocalCluster
     stopping = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stopping.set())
-    local_cluster = LocalCluster(data_dir, nodes, base_port=base_port)
+    local_cluster = LocalCluster(data_dir, nodes, controllers=controllers, base_port=base_port)
     try:
         local_cluster.start()
     except RuntimeError as e:
@@ -72,7 +84,14 @@ def run_local_cluster(nodes: int, base_port: int | None, data_dir: str) -> None:
         click.echo(f"node {node_id} pid={local_cluster.pid(node_id)} {shlex.join(local_cluster.node_command(node_id))}")
     click.echo("node control: " + " ".join(f"--node-{verb}-command {shlex.quote(local_cluster.command(verb))}"
                                           for verb in ("stop", "start", "pause", "resume")))
-    click.echo(f"kspec cluster ready nodes={nodes} bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
+    layout = local_cluster.layout
+    if controllers:
+        click.echo(f"brokers (process.roles=broker): {','.join(map(str, layout.broker_ids))}  "
+                   f"controllers (process.roles=controller): {','.join(map(str, layout.controller_ids))}")
+    else:
+        click.echo(f"nodes (process.roles=broker,controller): {','.join(map(str, layout.broker_ids))}")
+    click.echo(f"kspec cluster ready nodes={nodes}{f' controllers={controllers}' if controllers else ''} "
+               f"bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
     while not stopping.wait(1.0):
         pass
     local_cluster.stop()
