@@ -6,8 +6,10 @@ goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/t
 logs go to stderr. A stop flushes and closes every log and leaves the clean-shutdown marker.
 
 With controller.quorum.voters set (e.g. `--set controller.quorum.voters=1@127.0.0.1:9092,...`)
-the node runs in combined mode as one broker and controller of a replicated cluster
-(reference/node/cluster.py); its --listen address must be the one the voters list names.
+the node joins a replicated cluster (reference/node/cluster.py) in the role process.roles
+gives it: broker,controller (the default: combined mode, a voter whose --listen address must
+be the one the voters list names), controller (a voter that serves no clients), or broker
+(not in the voters: it observes the metadata log and serves clients).
 """
 from __future__ import annotations
 

@@ -7,7 +7,9 @@ one epoch, the batch's partition leader epoch is the Raft epoch, the record valu
 metadata record as JSON), every truncation truncates it, and `persist` flushes the log and
 rewrites `quorum-state` (epoch, voted-for) before the caller sends the outbox, as Raft
 requires (§5.2: a vote or an entry is durable before anyone hears of it). On start the
-entries are read back; what was committed is learnt again from the leader.
+entries are read back; what was committed is learnt again from the leader. An observer (a
+broker-only node, not in the voters) keeps the same files: its copy of the log and the epoch
+it last heard of; it never votes, so its votedId stays -1.
 
 Snapshots are not taken here: the metadata log of a test cluster stays small.
 """
