@@ -9,8 +9,10 @@ complete. `feed(data)` does the same for bytes received elsewhere (tests, client
 Small frames share one read buffer, so one read can complete many of them. A frame that
 does not fit gets a buffer of exactly its size as soon as its size is known, and the rest
 of it is received straight into that buffer: a 1 MB produce request costs no joins and no
-copies between the socket and the handler. Every frame is returned as a read-only
-memoryview of a buffer the decoder never writes again.
+copies between the socket and the handler. Every frame is returned as a memoryview of a
+buffer the decoder never touches again, so the frame is the handler's: the leader writes
+offsets into a produced batch where it lies, as Kafka's LogValidator does for batches it
+need not recompress.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class FrameDecoder:
         assert 0 < nbytes <= len(self._buffer) - self._end, (nbytes, len(self._buffer), self._end)
         self._end += nbytes
         frames = []
-        view = memoryview(self._buffer).toreadonly()
+        view = memoryview(self._buffer)
         needed_bytes = FRAME_SIZE_BYTES  # for the pending frame: its size, then its whole frame
         while self._end - self._start >= FRAME_SIZE_BYTES:
             (size,) = INT32.unpack_from(self._buffer, self._start)

@@ -197,7 +197,9 @@ class Log:
                                      duplicate.timestamp_ms if self.config.log_append_time else -1,
                                      self._log_start_offset, batch.records_count)
         log_append_time_ms = now_ms if self.config.log_append_time else None
-        buffer = bytearray(batch.buffer)
+        # Offsets and the leader epoch go into the received batch in place (the bytes a Produce
+        # frame arrived in are the handler's); read-only bytes from elsewhere are copied first.
+        buffer = bytearray(batch.buffer) if batch.buffer.readonly else batch.buffer
         assign_offsets(buffer, self.log_end_offset, leader_epoch, log_append_time_ms)
         appended = RecordBatch(buffer)
         self._maybe_roll(appended, now_ms)
