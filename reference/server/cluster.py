@@ -35,12 +35,12 @@ import json
 import logging
 import socket
 
+from reference.controller.raft import FetchRequest
 from reference.handlers.context import CloseConnection
 from reference.handlers.groups import has_group_node, tick_groups
 from reference.handlers.transactions import tick_transactions
 from reference.node.broker import TopicPartition
 from reference.node.cluster import ClusterBroker
-from reference.controller.raft import FetchRequest
 from reference.node.quorum import decode_raft_message, encode_raft_message
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import is_supported
