@@ -130,7 +130,7 @@ class VoterState:
 class RaftConfig:
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
     fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
-    retry_backoff_ms: int = 20  # controller.quorum.retry.backoff.ms: a leaderless observer asks the next voter
+    retry_backoff_ms: int = 20  # as controller.quorum.retry.backoff.ms: a leaderless observer asks the next voter
 
     @property
     def fetch_max_wait_ms(self) -> int:
