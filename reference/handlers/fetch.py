@@ -10,6 +10,9 @@ A fetch with a replica id (ReplicaId before v15, ReplicaState from v15, KIP-903)
 follower: the partition's replica core answers it (handle_follower_fetch), which moves the
 follower's log end offset, the high watermark and the ISR.
 
+A partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (v12+) names the leader this
+broker knows, with its endpoint from v16 (KIP-951, handlers/leader_epoch.py).
+
 Fetch sessions (KIP-227) are declined: every answer carries session_id 0, which tells the
 client to send full fetches. v13+ names topics by topic id. isolation_level=read_committed
 reads below the last stable offset only and gets the aborted transactions of what it read
@@ -20,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from reference.handlers.context import RequestContext
-from reference.handlers.leader_epoch import check_current_leader_epoch
+from reference.handlers.leader_epoch import LEADER_HINT_ERRORS, check_current_leader_epoch, current_leader
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -31,6 +34,7 @@ READ_COMMITTED = 1
 SESSIONLESS_EPOCHS = (0, -1)  # INITIAL_EPOCH and FINAL_EPOCH: a full fetch without a session
 NO_OFFSET = -1
 NO_PREFERRED_READ_REPLICA = -1
+CURRENT_LEADER_VERSION = 12  # from v12 a partition answer can name the current leader (KIP-951; endpoints from v16)
 
 
 @dataclass
@@ -53,6 +57,7 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
     any_error = False
     watched = set()
     responses = []
+    leader_endpoints: dict[int, dict] = {}  # NodeEndpoints of the leaders named in CurrentLeader
     for fetch_topic in request.topics:
         name, topic_error = _topic_name(broker, fetch_topic, version)
         partitions = []
@@ -77,9 +82,13 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
                 answer = {"error_code": e.code, "high_watermark": NO_OFFSET, "last_stable_offset": NO_OFFSET,
                           "log_start_offset": NO_OFFSET, "records": b"", "aborted_transactions": None}
             answer["preferred_read_replica"] = NO_PREFERRED_READ_REPLICA
+            if answer["error_code"] in LEADER_HINT_ERRORS and version >= CURRENT_LEADER_VERSION:
+                answer["current_leader"] = current_leader(broker, TopicPartition(name, wanted.partition),
+                                                          leader_endpoints)
             partitions.append({"partition_index": wanted.partition, **answer})
         responses.append({"topic": name, "topic_id": fetch_topic.get("topic_id"), "partitions": partitions})
-    response = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses}
+    response = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0, "responses": responses,
+                "node_endpoints": list(leader_endpoints.values())}
     complete = any_error or bytes_read >= request.min_bytes or request.max_wait_ms <= 0
     return FetchResult(response, bytes_read, watched, complete)
 

@@ -6,7 +6,8 @@ producer notices (as Kafka does). acks=-1 needs an ISR of at least min.insync.re
 node the ISR is the leader itself, so it is answered at once; in a cluster the handler
 returns a coroutine that waits in the broker's acks purgatory until the partition's
 acks_all_status settles (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms.
+NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms. From v10 a
+NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows (handlers/leader_epoch.py).
 A transactional batch is first checked against its transaction (handlers/transactions.py).
 """
 from __future__ import annotations
@@ -14,12 +15,14 @@ from __future__ import annotations
 import inspect
 
 from reference.handlers.context import CloseConnection, RequestContext
+from reference.handlers.leader_epoch import current_leader
 from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+CURRENT_LEADER_VERSION = 10  # Produce answers carry CurrentLeader and NodeEndpoints from v10 (KIP-951)
 NO_OFFSET = -1
 NO_TIMESTAMP = -1
 
@@ -40,6 +43,7 @@ async def _produce_once_verified(verifying, broker: Broker, request, context: Re
 def _produce(broker: Broker, request, context: RequestContext):
     responses = []
     failures = []
+    leader_endpoints: dict[int, dict] = {}  # NodeEndpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers
     delayed = []  # (partition response, topic partition, offset the ISR must pass)
     for topic_data in request.topic_data:
         name = topic_data.name if context.api_version < 13 else None
@@ -51,16 +55,17 @@ def _produce(broker: Broker, request, context: RequestContext):
             topic_error = e
         partition_responses = []
         for partition_data in topic_data.partition_data:
+            topic_partition = TopicPartition(name, partition_data.index)
             try:
                 if topic_error:
                     raise topic_error
-                topic_partition = TopicPartition(name, partition_data.index)
                 response, required_offset = _append(broker, request.acks, topic_partition,
                                                     partition_data.records, request.transactional_id, context.now_ms)
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
                             "log_start_offset": NO_OFFSET, "record_errors": [], "error_message": e.message or None}
+                _name_the_leader(broker, context, response, topic_partition, leader_endpoints)
                 required_offset = None
             partition_responses.append({"index": partition_data.index, **response})
             if request.acks == ACKS_ALL and required_offset is not None and broker.acks_purgatory is not None:
@@ -73,16 +78,26 @@ def _produce(broker: Broker, request, context: RequestContext):
         return None
     response = {"responses": responses, "throttle_time_ms": 0}
     if delayed:
-        return _await_replication(broker, response, delayed, request.timeout_ms)
-    return response
+        return _await_replication(broker, context, response, delayed, request.timeout_ms, leader_endpoints)
+    return {**response, "node_endpoints": list(leader_endpoints.values())}
 
 
-async def _await_replication(broker: Broker, response: dict, delayed: list, timeout_ms: int) -> dict:
+async def _await_replication(broker: Broker, context: RequestContext, response: dict, delayed: list,
+                             timeout_ms: int, leader_endpoints: dict[int, dict]) -> dict:
     for partition_response, topic_partition, required_offset in delayed:
         error = await broker.acks_purgatory.wait_for_replication(broker, topic_partition, required_offset, timeout_ms)
         if error != ErrorCode.NONE:
             partition_response.update(error_code=error, error_message=error.name)
-    return response
+            _name_the_leader(broker, context, partition_response, topic_partition, leader_endpoints)
+    return {**response, "node_endpoints": list(leader_endpoints.values())}
+
+
+def _name_the_leader(broker: Broker, context: RequestContext, partition_response: dict,
+                     topic_partition: TopicPartition, leader_endpoints: dict[int, dict]) -> None:
+    """NOT_LEADER_OR_FOLLOWER from Produce v10+ names the leader this broker knows (KIP-951)."""
+    if (partition_response["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            and context.api_version >= CURRENT_LEADER_VERSION):
+        partition_response["current_leader"] = current_leader(broker, topic_partition, leader_endpoints)
 
 
 def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, transactional_id: str | None,
