@@ -43,6 +43,7 @@ NOT_VOTED = -1
 NO_DEADLINE_MS = 2**62  # next_tick_ms of a single-voter leader: nothing timed can happen
 FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
 NO_WAIT_MS = 0  # the max_wait_ms of a Fetch the leader must answer at once
+OBSERVER_SESSION_TIMEOUT_MS = 300_000  # an observer silent this long drops out of DescribeQuorum (as Kafka's leader)
 
 
 class RaftRole(enum.Enum):
@@ -168,6 +169,7 @@ class RaftNode:
     _voter_end_offsets: dict[int, int] = field(default_factory=dict)
     _voter_last_fetch_ms: dict[int, int] = field(default_factory=dict)
     _voter_caught_up_ms: dict[int, int] = field(default_factory=dict)
+    _observers: dict[int, VoterState] = field(default_factory=dict)  # the leader's view of the observers that fetched
     _last_leader_contact_ms: int = -1
     _epoch_start_offset: int = 0
     _voters_asked: int = 0  # a leaderless observer's Fetches so far: the next goes to voters[_voters_asked % len]
@@ -331,6 +333,7 @@ class RaftNode:
         self._voter_end_offsets = {voter: -1 for voter in self.voters if voter != self.node_id}
         self._voter_last_fetch_ms = {voter: now_ms for voter in self.voters if voter != self.node_id}
         self._voter_caught_up_ms = {}
+        self._observers = {}
         self._append([Entry(self.epoch, LEADER_CHANGE)])  # commits the earlier epochs' entries (§5.4.2)
         for voter in self.voters:
             if voter != self.node_id:
@@ -495,6 +498,12 @@ class RaftNode:
             if request.fetch_offset >= self.log_end_offset:
                 self._voter_caught_up_ms[request.replica_id] = now_ms
             self._maybe_advance_high_watermark()
+        else:
+            earlier = self._observers.get(request.replica_id)
+            caught_up_ms = now_ms if request.fetch_offset >= self.log_end_offset else (
+                earlier.last_caught_up_ms if earlier else -1)
+            self._observers[request.replica_id] = VoterState(request.replica_id, request.fetch_offset, now_ms,
+                                                             caught_up_ms)
         self._parked_fetches.pop(request.replica_id, None)  # overtaken by this one
         self._answer_parked_fetches()  # the high watermark this fetch moved is news to the others
         if self._has_news_for(request) or request.max_wait_ms <= NO_WAIT_MS:
@@ -525,6 +534,12 @@ class RaftNode:
             self._append(response.entries)
             self.high_watermark = max(self.high_watermark, min(response.high_watermark, self.log_end_offset))
         self._send_fetch(now_ms)  # the next one at once: the leader holds it while it has nothing new
+
+    def observer_states(self, now_ms: int) -> list[VoterState]:
+        """The leader's view of the observers that fetched in its epoch and not long ago, by id."""
+        assert self.role is RaftRole.LEADER, self.role
+        return [state for _, state in sorted(self._observers.items())
+                if now_ms - state.last_fetch_ms < OBSERVER_SESSION_TIMEOUT_MS]
 
     def voter_states(self, now_ms: int) -> list[VoterState]:
         """The leader's view of every voter, itself included; lag is its end offset minus theirs."""

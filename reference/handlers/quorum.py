@@ -4,9 +4,9 @@ The quorum's one partition is `__cluster_metadata-0`. The answer names the leade
 and high watermark, and each voter's log end offset, last fetch and last caught-up time, from
 which kafka-metadata-quorum.sh (and `kspec cluster status`) shows each voter's lag. Only the
 Raft leader knows the voters' progress, so the cluster's shell forwards the request to the
-active controller, as brokers forward admin requests (KIP-590). Nodes run in combined mode:
-the voters listen where the brokers do, so v2's Nodes list those addresses. There are no
-observers (every node is a voter).
+active controller, as brokers forward admin requests (KIP-590). Observers (broker-only nodes,
+which replicate the log without voting) are listed with the same figures, as long as they
+fetch. v2's Nodes list the voters' addresses (in combined mode, where the brokers listen).
 """
 from __future__ import annotations
 
@@ -31,17 +31,21 @@ def handle_describe_quorum(broker, request, context: RequestContext) -> dict:
             elif raft.role is not RaftRole.LEADER:
                 partitions.append(_partition_error(partition.partition_index, ErrorCode.NOT_LEADER_OR_FOLLOWER))
             else:
-                voters = [{"replica_id": voter.replica_id, "replica_directory_id": ZERO_UUID,
-                           "log_end_offset": voter.log_end_offset, "last_fetch_timestamp": voter.last_fetch_ms,
-                           "last_caught_up_timestamp": voter.last_caught_up_ms}
-                          for voter in raft.voter_states(context.now_ms)]
                 partitions.append({"partition_index": METADATA_PARTITION, "error_code": ErrorCode.NONE,
                                    "error_message": None, "leader_id": raft.leader_id, "leader_epoch": raft.epoch,
-                                   "high_watermark": raft.high_watermark, "current_voters": voters, "observers": []})
+                                   "high_watermark": raft.high_watermark,
+                                   "current_voters": _replica_states(raft.voter_states(context.now_ms)),
+                                   "observers": _replica_states(raft.observer_states(context.now_ms))})
         topics.append({"topic_name": topic.topic_name, "partitions": partitions})
     return {"error_code": ErrorCode.NONE, "error_message": None, "topics": topics,
             "nodes": [{"node_id": node_id, "listeners": [{"name": CONTROLLER_LISTENER, "host": host, "port": port}]}
                       for node_id, (host, port) in sorted(broker.voters.items())]}
+
+
+def _replica_states(states) -> list[dict]:
+    return [{"replica_id": state.replica_id, "replica_directory_id": ZERO_UUID, "log_end_offset": state.log_end_offset,
+             "last_fetch_timestamp": state.last_fetch_ms, "last_caught_up_timestamp": state.last_caught_up_ms}
+            for state in states]
 
 
 def _partition_error(index: int, error: ErrorCode) -> dict:

@@ -73,6 +73,14 @@ def test_metadata_lists_the_brokers_and_names_a_broker_as_controller(cluster):
     wait_until(lambda: active_controller(cluster) in cluster.controller_ids, "a controller leads the quorum")
 
 
+def test_describe_quorum_lists_the_controllers_as_voters_and_the_brokers_as_observers(cluster):
+    quorum = wait_until(lambda: (q := describe_quorum(cluster)) and len(q.observers) == 3 and q,
+                        "three observers in DescribeQuorum")
+    assert sorted(voter.replica_id for voter in quorum.current_voters) == cluster.controller_ids
+    assert sorted(observer.replica_id for observer in quorum.observers) == cluster.broker_ids
+    assert all(observer.last_fetch_timestamp > 0 for observer in quorum.observers)
+
+
 def test_a_controller_answers_api_versions_and_closes_on_client_requests(cluster):
     with WireClient(cluster.addresses[cluster.controller_ids[0]], timeout_s=5.0) as wire:
         assert wire.request(ApiKey.API_VERSIONS, 0, {}).error_code == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from .test_raft_observers import OBSERVERS, quorum_with_observers
 from .test_raft_paper import Quorum
 
 
@@ -34,3 +35,21 @@ def test_only_the_leader_describes_the_voters():
     follower = next(node for node in quorum.nodes.values() if node is not quorum.leader())
     with pytest.raises(AssertionError):
         follower.voter_states(quorum.now_ms)
+
+
+def test_the_leader_reports_the_observers_that_fetch_apart_from_the_voters():
+    quorum = quorum_with_observers()
+    quorum.run(3_000)
+    leader = quorum.leader()
+    leader.propose([{"type": "TopicRecord", "name": "t"}])
+    quorum.run(500)
+    observers = {state.replica_id: state for state in leader.observer_states(quorum.now_ms)}
+    assert set(observers) == set(OBSERVERS)
+    assert [state.replica_id for state in leader.voter_states(quorum.now_ms)] == list(quorum.voters)
+    assert all(state.log_end_offset == leader.log_end_offset and state.last_caught_up_ms > 0
+               for state in observers.values())
+    quorum.down.add(OBSERVERS[0])
+    leader.propose([{"type": "TopicRecord", "name": "u"}])
+    quorum.run(500)
+    lagging = next(s for s in leader.observer_states(quorum.now_ms) if s.replica_id == OBSERVERS[0])
+    assert leader.log_end_offset - lagging.log_end_offset == 1, "a stopped observer lags by what it missed"
