@@ -89,6 +89,10 @@ class BrokerConfig:
     controller_quorum_fetch_timeout_ms: int = 2000
     broker_heartbeat_interval_ms: int = 2000
     broker_session_timeout_ms: int = 9000
+    # Preferred leaders come back by themselves (reference/controller/state.py balance_partition_leaders).
+    # Kafka's leader.imbalance.per.broker.percentage is not read: KRaft's controller has no such threshold.
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1 * MiB
@@ -150,6 +154,7 @@ class BrokerConfig:
             (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),
             (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),
             (self.kspec_bug_truncation in ("hw", "kip101", "kip279"), "kspec.bug.truncation must be hw, kip101 or kip279"),
+            (self.leader_imbalance_check_interval_seconds >= 1, "leader.imbalance.check.interval.seconds must be >= 1"),
             (self.broker_session_timeout_ms > self.broker_heartbeat_interval_ms,
              "broker.session.timeout.ms must exceed broker.heartbeat.interval.ms"),
         ]

@@ -20,18 +20,31 @@ Rules, as Kafka's QuorumController applies them:
 - Every change bumps the partition epoch; a change of leader bumps the leader epoch.
 - AlterPartition is accepted only from the current leader at the current leader and
   partition epochs, with unfenced ISR members (KIP-497, KIP-841).
-No clock and no sockets: the heartbeat times it keeps are in memory, as Kafka keeps them.
+- ElectLeaders (KIP-460) moves a partition's leadership to its preferred replica when that
+  replica is alive and in the ISR, or, as an unclean election, gives a leaderless partition
+  any live replica. With auto.leader.rebalance.enable, the active controller runs preferred
+  elections by itself leader.imbalance.check.interval after it sees a partition led by
+  another replica than its preferred one.
+No clock and no sockets: the heartbeat times it keeps are in memory, as Kafka keeps them, and
+so is when the next leader balance is due.
 """
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from reference.protocol.errors import ErrorCode, KafkaError
 
 NO_LEADER = -1
 UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 TOPIC_RESOURCE = 2
+
+
+class ElectionType(IntEnum):
+    """ElectLeaders' election_type (KIP-460)."""
+    PREFERRED = 0  # the first replica, when it is alive and in the ISR
+    UNCLEAN = 1  # for a partition without a leader: an ISR member, else any live replica
 
 
 @dataclass
@@ -69,10 +82,13 @@ class TopicState:
 @dataclass
 class ControllerState:
     broker_session_timeout_ms: int = 9_000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     topics: dict[uuid.UUID, TopicState] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)  # active controller's memory only
+    leader_balance_due_ms: int | None = None  # active controller's memory only
 
     # ------------------------------------------------------------ replay
 
@@ -235,33 +251,109 @@ class ControllerState:
         return [{"type": "PartitionChangeRecord", "topic_id": str(topic_id), "partition_id": partition_id,
                  "isr": sorted(new_isr)}]
 
+    # ------------------------------------------------------------ elections
+
     def elect_leaders(self, preferred: bool = True) -> list[dict]:
-        """ElectLeaders / auto rebalance: give each partition its preferred (first) replica as
-        leader when that replica is alive and in the ISR; else elect offline partitions."""
-        alive = set(self.unfenced_broker_ids)
+        """The controller's own elections: a leader for every partition without one, and with
+        preferred, the preferred replica for every partition it can lead and does not."""
         records = []
         for topic in self.topics.values():
             for index, partition in topic.partitions.items():
-                first = partition.replicas[0]
-                if preferred and partition.leader != first and first in alive and first in partition.isr:
-                    records.append({"type": "PartitionChangeRecord", "topic_id": str(topic.topic_id),
-                                    "partition_id": index, "leader": first})
+                if preferred and partition.leader != partition.replicas[0]:
+                    change = self._preferred_change(topic, index, partition)
                 elif partition.leader == NO_LEADER:
-                    change = self._change(topic, index, partition, partition.isr, alive)
-                    if change:
-                        records.append(change)
+                    change = self._change(topic, index, partition, partition.isr, set(self.unfenced_broker_ids))
+                else:
+                    continue
+                if change:
+                    records.append(change)
         return records
 
+    def elect_requested_leaders(self, wanted: dict[str, list[int]] | None,
+                                election_type: ElectionType) -> tuple[dict[str, dict[int, ErrorCode]], list[dict]]:
+        """ElectLeaders: each wanted partition's answer, by topic, and the records that elect.
+        wanted None asks for every partition, and then, as Kafka's controller answers, the
+        partitions whose election is not needed are left out of the answer."""
+        every_partition = wanted is None
+        if every_partition:
+            wanted = {topic.name: sorted(topic.partitions) for topic in self.topics.values()}
+        results: dict[str, dict[int, ErrorCode]] = {}
+        records = []
+        for name, partition_ids in wanted.items():
+            answers = results.setdefault(name, {})
+            for partition_id in dict.fromkeys(partition_ids):  # each partition once, in asked order
+                error, record = self.elect_leader(name, partition_id, election_type)
+                if record is not None:
+                    records.append(record)
+                if not (every_partition and error == ErrorCode.ELECTION_NOT_NEEDED):
+                    answers[partition_id] = error
+        assert len(records) == sum(e == ErrorCode.NONE for answers in results.values() for e in answers.values())
+        return results, records
+
+    def elect_leader(self, topic_name: str, partition_id: int,
+                     election_type: ElectionType) -> tuple[ErrorCode, dict | None]:
+        """One partition's election as KRaft's controller decides it (KIP-460): not needed when
+        the preferred replica leads already (preferred) or the partition has a leader (unclean),
+        else the record that elects, or PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE
+        when no replica can lead."""
+        topic = self.topics.get(self.topic_ids.get(topic_name))
+        if topic is None or partition_id not in topic.partitions:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+        partition = topic.partitions[partition_id]
+        if election_type is ElectionType.PREFERRED:
+            if partition.leader == partition.replicas[0]:
+                return ErrorCode.ELECTION_NOT_NEEDED, None
+            record = self._preferred_change(topic, partition_id, partition)
+            return (ErrorCode.NONE, record) if record else (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE, None)
+        if partition.leader != NO_LEADER:
+            return ErrorCode.ELECTION_NOT_NEEDED, None
+        record = self._change(topic, partition_id, partition, partition.isr, set(self.unfenced_broker_ids),
+                              unclean_allowed=True)
+        return (ErrorCode.NONE, record) if record else (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, None)
+
+    def balance_partition_leaders(self, now_ms: int) -> list[dict]:
+        """auto.leader.rebalance.enable as KRaft's controller runs it (KAFKA-13682): a partition
+        led by another replica than its preferred one schedules a leader balance
+        leader.imbalance.check.interval later, which then runs the preferred election of every
+        partition. (KRaft has no leader.imbalance.per.broker.percentage threshold.)"""
+        if not self.auto_leader_rebalance_enable:
+            return []
+        imbalanced = any(partition.leader != partition.replicas[0]
+                         for topic in self.topics.values() for partition in topic.partitions.values())
+        if not imbalanced:
+            self.leader_balance_due_ms = None
+            return []
+        if self.leader_balance_due_ms is None:
+            self.leader_balance_due_ms = now_ms + self.leader_imbalance_check_interval_ms
+        if now_ms < self.leader_balance_due_ms:
+            return []
+        self.leader_balance_due_ms = None  # scheduled again by the next call, if still imbalanced
+        return self.elect_leaders(preferred=True)
+
+    def _preferred_change(self, topic: TopicState, index: int, partition: PartitionRegistration) -> dict | None:
+        """The preferred replica leads when it is alive and in the ISR; else a leader stays, and a
+        partition without one gets one as when its leader fails."""
+        alive = set(self.unfenced_broker_ids)
+        preferred = partition.replicas[0]
+        assert partition.leader != preferred, partition
+        if preferred in alive and preferred in partition.isr:
+            return {"type": "PartitionChangeRecord", "topic_id": str(topic.topic_id), "partition_id": index,
+                    "leader": preferred}
+        if partition.leader == NO_LEADER:
+            return self._change(topic, index, partition, partition.isr, alive)
+        return None
+
     def _change(self, topic: TopicState, index: int, partition: PartitionRegistration, isr: list[int],
-                alive: set[int]) -> dict | None:
+                alive: set[int], unclean_allowed: bool = False) -> dict | None:
         """The PartitionChangeRecord for this ISR, electing a new leader if the current one is
-        not alive in it: clean from the ISR, or unclean when the topic allows it."""
+        not alive in it: clean from the ISR, or unclean when the topic (or the ElectLeaders
+        request: unclean_allowed) allows it."""
         record = {"type": "PartitionChangeRecord", "topic_id": str(topic.topic_id), "partition_id": index}
         if isr != partition.isr:
             record["isr"] = isr
         if partition.leader not in alive or partition.leader not in isr:
             candidates = [r for r in partition.replicas if r in isr and r in alive]
-            unclean = topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
+            unclean = unclean_allowed or topic.configs.get(UNCLEAN_ELECTION_CONFIG, "false") == "true"
             if not candidates and unclean:
                 candidates = [r for r in partition.replicas if r in alive]
                 if candidates:

@@ -12,6 +12,7 @@ from reference.handlers.configs import (
     handle_describe_configs,
     handle_incremental_alter_configs,
 )
+from reference.handlers.elect_leaders import handle_elect_leaders
 from reference.handlers.groups import (
     handle_consumer_group_describe,
     handle_consumer_group_heartbeat,
@@ -82,5 +83,6 @@ HANDLERS = {
     ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
     ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,  # cluster nodes only: one node has no quorum
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,  # cluster nodes only: one node's replicas lead already
 }
 assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS) | set(CLUSTER_ONLY_API_VERSIONS)

@@ -41,7 +41,7 @@ import uuid
 
 from reference.config import BrokerConfig, parse_voters
 from reference.controller.raft import RaftConfig, RaftRole
-from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerState
+from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
@@ -99,7 +99,8 @@ class ClusterBroker(Broker):
             os.path.join(self.data_dir, METADATA_PARTITION_DIR), config.node_id, tuple(sorted(self.voters)),
             RaftConfig(config.controller_quorum_election_timeout_ms, config.controller_quorum_fetch_timeout_ms),
             now_ms)
-        self.controller = ControllerState(config.broker_session_timeout_ms)
+        self.controller = ControllerState(config.broker_session_timeout_ms, config.auto_leader_rebalance_enable,
+                                          config.leader_imbalance_check_interval_seconds * 1000)
         self.image = MetadataImage()
         self.partitions: dict[TopicPartition, PartitionReplica] = {}
         self.incarnation_id = str(uuid.uuid4())
@@ -164,6 +165,7 @@ class ClusterBroker(Broker):
                     # Heartbeats are not in the log: a new controller starts every broker's session
                     # now, so a broker that died with the previous controller is fenced in time.
                     self.controller.last_heartbeat_ms = dict.fromkeys(self.controller.brokers, now_ms)
+                    self.controller.leader_balance_due_ms = None  # a predecessor's schedule is not ours
                 continue
             try:
                 self._apply(entry.record)
@@ -238,8 +240,18 @@ class ClusterBroker(Broker):
             request["leader_epoch"], request["partition_epoch"], request["new_isr"]))
 
     def controller_tick(self, now_ms: int) -> None:
-        """Fence a broker whose session expired, else elect leaders for offline partitions."""
-        self._queue(self.controller.fence_expired_brokers(now_ms) or self.controller.elect_leaders(preferred=False))
+        """Fence a broker whose session expired, else elect leaders for offline partitions, else
+        balance leaders when a balance is due."""
+        self._queue(self.controller.fence_expired_brokers(now_ms) or self.controller.elect_leaders(preferred=False)
+                    or self.controller.balance_partition_leaders(now_ms))
+
+    def elect_leaders(self, wanted: dict[str, list[int]] | None,
+                      election_type: ElectionType) -> dict[str, dict[int, ErrorCode]]:
+        """ElectLeaders on the active controller: each partition's answer; the elections' records
+        are queued, so the answer goes out once they are committed."""
+        results, records = self.controller.elect_requested_leaders(wanted, election_type)
+        self._queue(records)
+        return results
 
     def _queue(self, records: list[dict]) -> None:
         """Queue a command's records for the quorum once they replay on a copy of the state they

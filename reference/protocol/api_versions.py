@@ -55,6 +55,7 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 # Served by cluster nodes only (ClusterBroker.api_versions): a single node has no controller quorum.
 CLUSTER_ONLY_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
 }
 
 # Versions inside an advertised range that the broker still refuses (see PRODUCE above).

@@ -13,10 +13,11 @@ Tasks, each a loop around the sans-IO cores (which ones run depends on process.r
   it when there is news, as for a voter. The observer's sender feeds the answer to its own core.
 - lifecycle (brokers): registers this broker with the active controller, then heartbeats (KIP-631), over
   connections of its own.
-- controller (controllers): while active, fences brokers whose session expired and elects leaders for
-  offline partitions; answers registrations, heartbeats and AlterPartition from brokers and
-  admin requests that other nodes forward (KIP-590), one command at a time, each answered
-  after its records are committed.
+- controller (controllers): while active, fences brokers whose session expired, elects leaders for
+  offline partitions and, when a leader balance is due, preferred leaders; answers registrations,
+  heartbeats and AlterPartition from brokers and admin requests (ElectLeaders among them) that
+  other nodes forward (KIP-590), one command at a time, each answered after its records are
+  committed.
 - replica fetchers (brokers): one per leader this node follows; OffsetForLeaderEpoch while a replica
   truncates, then Fetch with the replica id, long-polling on the leader.
 - tick: ISR shrinks and expansions go to the controller as AlterPartition, one batch in flight.
@@ -70,7 +71,8 @@ FETCH_VERSION = 12  # the last version naming topics by name with a ReplicaId fi
 REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.response.max.bytes default
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
-                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM}
+                   ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
+                   ApiKey.ELECT_LEADERS}
 CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM}  # process.roles=controller
 
 
