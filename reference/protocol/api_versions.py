@@ -52,7 +52,8 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
-# Served by cluster nodes only (ClusterBroker.api_versions): a single node has no controller quorum.
+# Served by cluster nodes only (ClusterBroker.api_versions): a single node has no controller quorum,
+# and no leader to elect (its one replica of each partition leads it).
 CLUSTER_ONLY_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_QUORUM: (0, 2),
     ApiKey.ELECT_LEADERS: (0, 2),
