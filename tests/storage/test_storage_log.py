@@ -30,6 +30,19 @@ def test_offsets_are_contiguous_across_many_segment_rolls(open_log):
     assert [r.offset for r in records] == list(range(expected_first))
 
 
+def test_a_writable_batch_gets_its_offsets_in_place_and_read_only_bytes_are_copied(open_log):
+    log = open_log()
+    log.append_as_leader(make_batch(2), leader_epoch=0, now_ms=1_000)
+    received = bytearray(make_batch(3))  # as a Produce frame arrives: writable, the handler's
+    log.append_as_leader(memoryview(received), leader_epoch=4, now_ms=1_000)
+    patched = RecordBatch(received)
+    assert (patched.base_offset, patched.partition_leader_epoch) == (2, 4) and patched.crc_is_valid()
+    produced = make_batch(1)
+    log.append_as_leader(produced, leader_epoch=4, now_ms=1_000)
+    assert RecordBatch(produced).base_offset == 0, "bytes are never written to"
+    assert [batch.base_offset for batch in iter_batches(log.read(0, 1 << 20).records)] == [0, 2, 5]
+
+
 def test_every_offset_reads_from_the_batch_holding_it(open_log):
     log = open_log(SMALL_SEGMENTS)
     for i in range(60):
