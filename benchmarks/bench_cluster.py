@@ -27,6 +27,13 @@ In one run, with confluent-kafka and 1 KiB records over PARTITIONS partitions:
   node's Metadata names the new leader: the cluster's share. Each kill says whether the
   victim was also the active controller, which adds a controller election.
 
+Each measured phase starts from a written-back, dropped page cache (os.sync, then
+/proc/sys/vm/drop_caches when the script may write it; it says so when not). On this VM a
+page cache that grows into guest memory never touched before makes every write dearer, so
+without it the figures fell from phase to phase (five 5 s latency runs at 115,000 records/s
+in a row: p50 6.1, 8.3, 66.8, 58.4, 47.8 ms; with the cache dropped before each: 6.1-6.4 ms
+every time, the nodes' CPU flat at 5.6 s instead of rising to 7.0 s).
+
 Failover depends on these timeouts, tuned as the fault runs tune them (FAILOVER_TIMEOUTS):
 a node heartbeats every 250 ms and is fenced after 1.5 s without one, which moves its
 leaderships to another ISR member and takes it out of every ISR in the same metadata
@@ -73,6 +80,8 @@ WAIT_S = 60.0  # bound on every wait for the cluster (leaders, ISR, flushes)
 SEND_TIMEOUT_MS = 30_000
 FAILOVER_TARGET_S = 3.0
 LATENCY_PRODUCER = {"max.in.flight.requests.per.connection": 1}
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+PACING_S = 0.001  # the latency phase sends what is due, then serves delivery reports for up to this long
 FAILOVER_PRODUCER = {"linger.ms": 0, "topic.metadata.refresh.interval.ms": 250}  # see the docstring
 DEFAULT_LOOKUP_PRODUCER = {"linger.ms": 0}  # librdkafka's own leader lookup
 
@@ -131,37 +140,50 @@ def throughput_mb_s(bootstrap: str, topic: str, acks: str, total_bytes: int) -> 
     return total_bytes / (time.perf_counter() - started) / 1e6
 
 
+def settle_page_cache() -> None:
+    """Write dirty pages back and drop the page cache, so a phase does not pay for an earlier one's."""
+    os.sync()
+    try:
+        with open(DROP_CACHES, "w", encoding="ascii") as f:
+            f.write("3\n")
+    except OSError as e:
+        print(f"page cache kept ({DROP_CACHES}: {e.strerror}); later phases may run slower", flush=True)
+
+
 def measured_throughput(bootstrap: str, topic: str, acks: str, total_bytes: int,
                         nodes: list[BrokerProcess]) -> tuple[float, float]:
     """(MB/s, the nodes' CPU seconds per GB) of one throughput_mb_s run."""
+    settle_page_cache()
     started_cpu_s = cpu_s(nodes)
     mb_s = throughput_mb_s(bootstrap, topic, acks, total_bytes)
     return mb_s, (cpu_s(nodes) - started_cpu_s) / (total_bytes / 1e9)
 
 
 def latencies_ms(bootstrap: str, topic: str, records_per_s: float, seconds: float) -> list[float]:
-    """Produce-to-ack latency of records paced at records_per_s (acks=all)."""
+    """Produce-to-ack latency of records paced at records_per_s (acks=all), as librdkafka
+    measures it for each message (Message.latency(): from produce() to its delivery report).
+    Pacing sends what is due each millisecond, so the client costs about what it does in the
+    throughput runs and half the throughput is about half the machine's load."""
     client = producer(bootstrap, "all", **LATENCY_PRODUCER)
     value = os.urandom(RECORD_BYTES)
     measured: list[float] = []
     failed = []
 
-    def timed(sent_s: float):
-        def on_delivery(error, _) -> None:
-            if error is None:
-                measured.append((time.perf_counter() - sent_s) * 1000)
-            else:
-                failed.append(error)
-        return on_delivery
+    def on_delivery(error, message) -> None:
+        if error is None:
+            measured.append(message.latency() * 1000)
+        else:
+            failed.append(error)
 
     count = int(records_per_s * seconds)
+    sent = 0
     started = time.perf_counter()
-    for i in range(count):
-        due_s = started + i / records_per_s
-        while (left_s := due_s - time.perf_counter()) > 0:
-            client.poll(min(left_s, 0.001))
-        produce(client, topic, value, i % PARTITIONS, timed(time.perf_counter()))
-        client.poll(0)
+    while sent < count:
+        due = min(count, int((time.perf_counter() - started) * records_per_s) + 1)
+        for i in range(sent, due):
+            produce(client, topic, value, i % PARTITIONS, on_delivery)
+        sent = due
+        client.poll(PACING_S)
     client.flush(WAIT_S)
     if failed or len(measured) != count:
         raise RuntimeError(f"{topic}: {len(measured)} of {count} acked ({failed[:1]})")
@@ -266,6 +288,7 @@ def main() -> int:
                   f"3 nodes, RF=3, acks=all: median {cluster_mb_s:.1f} MB/s; ratio median "
                   f"{statistics.median(c / s for s, c in pairs):.2f} (target >= 0.5)", flush=True)
             rate = cluster_mb_s * 1e6 / RECORD_BYTES / 2
+            settle_page_cache()
             measured = sorted(latencies_ms(cluster.bootstrap, "replicated", rate, args.latency_s))
             p50, p99 = statistics.median(measured), measured[int(len(measured) * 0.99) - 1]
             print(f"latency at {rate:,.0f} records/s (half load), acks=all: p50 {p50:.1f} ms, p99 {p99:.1f} ms, "
