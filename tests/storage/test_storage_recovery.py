@@ -1,7 +1,7 @@
 """Recovery on open: torn tails, corrupt bytes, lost index files, clean-shutdown markers.
 
 A crash is simulated by dropping the Log without close(): no marker is written, so the next
-open scans the active segment."""
+open scans every segment."""
 from __future__ import annotations
 
 import logging
@@ -78,6 +78,27 @@ def test_a_corrupt_batch_in_the_middle_cuts_everything_after_it(open_log):
     reopened = open_log()
     assert reopened.log_end_offset == bases[10]
     assert os.path.getsize(active.log_path) == positions[10]
+
+
+def test_a_rolled_segment_is_rescanned_after_a_crash_too(open_log, caplog):
+    """A rolled segment is fsynced in the background, so a crash may leave it torn as well."""
+    log = open_log(CONFIG)
+    bases = fill(log, 100)
+    first = log.segments[0]
+    assert len(log.segments) > 2
+    last_position, _ = max(first.batches_from(0), key=lambda found: found[0])
+    first_end_offset = first.next_offset
+    crash(log)
+    with open(first.log_path, "r+b") as f:
+        f.seek(last_position + 30)  # the last batch of the first segment: base timestamp
+        f.write(b"\xff\xff")
+    with caplog.at_level(logging.WARNING):
+        reopened = open_log(CONFIG)
+    assert "cut" in caplog.text and os.path.getsize(first.log_path) == last_position
+    assert reopened.segments[0].next_offset < first_end_offset
+    read = [r.offset for r in read_all(reopened)]
+    assert not set(read) & set(range(reopened.segments[0].next_offset, first_end_offset)), "the corrupt batch is gone"
+    assert read[-1] == bases[-1] + 2
 
 
 def test_missing_index_files_are_rebuilt_identically(open_log, log_dir):
