@@ -8,6 +8,7 @@ override, the way Kafka derives a LogConfig from server defaults plus topic over
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 
 MiB = 1024 * 1024
@@ -104,7 +105,7 @@ class BrokerConfig:
     kspec_bug_count_fenced_follower_into_hw: bool = False
     kspec_bug_read_above_hw: bool = False
 
-    @property
+    @functools.cached_property  # asked on every request a cluster node handles
     def roles(self) -> frozenset[str]:
         """process.roles as a set: {"broker"}, {"controller"} or both."""
         return frozenset(role.strip() for role in self.process_roles.split(","))

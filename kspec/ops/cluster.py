@@ -20,8 +20,7 @@ from kafka.errors import KafkaError as KafkaPythonError
 from kafka.protocol.api_key import ApiKey
 
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, ApiVersionsProbe, BadUsage, ConnectionWatch, OpsError,
-                              OpsGroup,
-                              await_metadata, bootstrap_option, client_config, node_list, print_table, result)
+                              OpsGroup, await_metadata, bootstrap_option, client_config, node_list, print_table, result)
 
 NO_LEADER = -1
 NO_TIMESTAMP = -1

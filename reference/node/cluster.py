@@ -13,8 +13,8 @@ epochs; what the active controller decides from) and MetadataImage (topics, conf
 producer-id blocks; what the single-node handlers read). Each partition with a replica here
 is a PartitionReplica over its Log, told of every change of its partition record.
 
-While it is the Raft leader (a controller role's node only) (and has committed an entry of its own epoch, so it has applied
-everything before), the node is the active controller: admin requests, broker registrations
+While it is the Raft leader (only a node with the controller role can be) and has committed an
+entry of its own epoch (so it has applied everything before), the node is the active controller: admin requests, broker registrations
 and heartbeats, and AlterPartition turn into records (`pending_records`) that the shell
 proposes to the quorum and waits to see committed before it answers.
 
