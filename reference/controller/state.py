@@ -5,14 +5,16 @@ are checked against the current state and turned into metadata records; nothing 
 until the records come back through `apply`, in log order, once the Raft quorum committed
 them. So every controller, and every broker replaying the metadata log, builds the same
 state. Records are JSON-able dicts named after KRaft's: RegisterBrokerRecord,
-FenceBrokerRecord, UnfenceBrokerRecord, TopicRecord, PartitionRecord,
+FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord, TopicRecord, PartitionRecord,
 PartitionChangeRecord, ConfigRecord, RemoveTopicRecord.
 
 Rules, as Kafka's QuorumController applies them:
 - A broker registers with an incarnation id; the controller gives it a broker epoch. It
   starts fenced, is unfenced by a heartbeat, and is fenced again when heartbeats stop for
   broker.session.timeout.ms. A fenced broker leaves every ISR (not below one member) and
-  loses its leaderships to another ISR member.
+  loses its leaderships to another ISR member. A broker that asked for a controlled
+  shutdown is fenced and stays fenced until it registers again: a heartbeat its old
+  incarnation sent before it stopped must not bring it back.
 - Replicas are assigned round robin over the unfenced brokers (rack-unaware); the first
   replica is the preferred leader.
 - Leaders come from the ISR. Only with unclean.leader.election.enable=true on the topic may
@@ -30,6 +32,7 @@ so is when the next leader balance is due.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -39,6 +42,8 @@ from reference.protocol.errors import ErrorCode, KafkaError
 NO_LEADER = -1
 UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 TOPIC_RESOURCE = 2
+
+log = logging.getLogger("kspec.controller")
 
 
 class ElectionType(IntEnum):
@@ -55,6 +60,7 @@ class BrokerRegistration:
     host: str
     port: int
     fenced: bool = True
+    in_controlled_shutdown: bool = False
 
 
 @dataclass
@@ -103,6 +109,10 @@ class ControllerState:
             broker = self.brokers[record["id"]]
             assert broker.broker_epoch == record["epoch"], (record, broker)
             broker.fenced = kind == "FenceBrokerRecord"
+        elif kind == "BrokerRegistrationChangeRecord":
+            broker = self.brokers[record["broker_id"]]
+            assert broker.broker_epoch == record["broker_epoch"], (record, broker)
+            broker.in_controlled_shutdown = record["in_controlled_shutdown"]
         elif kind == "TopicRecord":
             topic_id = uuid.UUID(record["topic_id"])
             assert record["name"] not in self.topic_ids, record
@@ -144,6 +154,8 @@ class ControllerState:
                             "host": broker.host, "port": broker.port})
             if not broker.fenced:
                 records.append({"type": "UnfenceBrokerRecord", "id": broker.broker_id, "epoch": broker.broker_epoch})
+            if broker.in_controlled_shutdown:
+                records.append(_controlled_shutdown_record(broker))
         for topic in self.topics.values():
             records.append({"type": "TopicRecord", "name": topic.name, "topic_id": str(topic.topic_id)})
             records += [partition.to_record(topic.topic_id, index) for index, partition in sorted(topic.partitions.items())]
@@ -166,6 +178,7 @@ class ControllerState:
         self.last_heartbeat_ms[broker_id] = now_ms
         records = [{"type": "RegisterBrokerRecord", "broker_id": broker_id, "incarnation_id": incarnation_id,
                     "broker_epoch": epoch, "host": host, "port": port}]
+        log.info("broker %d registers at %s:%d with broker epoch %d", broker_id, host, port, epoch)
         if old is not None and not old.fenced:
             records = self._fence_records(broker_id) + records  # the old incarnation is gone
         return records
@@ -178,18 +191,33 @@ class ControllerState:
             raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id}")
         if broker.broker_epoch != broker_epoch:
             raise KafkaError(ErrorCode.STALE_BROKER_EPOCH, f"broker {broker_id} epoch {broker_epoch}")
-        self.last_heartbeat_ms[broker_id] = now_ms
+        self.note_contact(broker_id, broker_epoch, now_ms)
         if want_shutdown:
-            return self._fence_records(broker_id) if not broker.fenced else []
-        if broker.fenced:
+            if broker.in_controlled_shutdown:
+                return []
+            log.info("broker %d (epoch %d) asks for a controlled shutdown", broker_id, broker_epoch)
+            return [_controlled_shutdown_record(broker), *(self._fence_records(broker_id) if not broker.fenced else [])]
+        if broker.fenced and not broker.in_controlled_shutdown:
+            log.info("unfencing broker %d (epoch %d)", broker_id, broker_epoch)
             return [{"type": "UnfenceBrokerRecord", "id": broker_id, "epoch": broker_epoch}]
         return []
+
+    def note_contact(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+        """A heartbeat arrived: its broker's session counts from now, even while the heartbeat
+        waits behind other controller commands (a busy controller must not fence a broker whose
+        heartbeats are in its queue)."""
+        broker = self.brokers.get(broker_id)
+        if broker is not None and broker.broker_epoch == broker_epoch:
+            self.last_heartbeat_ms[broker_id] = max(now_ms, self.last_heartbeat_ms.get(broker_id, now_ms))
 
     def fence_expired_brokers(self, now_ms: int) -> list[dict]:
         """Fence the first broker whose session expired. One at a time: the next one's
         records must be computed from the state after this one's are applied."""
         for broker_id in self.unfenced_broker_ids:
-            if now_ms - self.last_heartbeat_ms.get(broker_id, now_ms) > self.broker_session_timeout_ms:
+            silent_ms = now_ms - self.last_heartbeat_ms.get(broker_id, now_ms)
+            if silent_ms > self.broker_session_timeout_ms:
+                log.info("fencing broker %d: no heartbeat for %d ms (broker.session.timeout.ms=%d)",
+                         broker_id, silent_ms, self.broker_session_timeout_ms)
                 return self._fence_records(broker_id)
         return []
 
@@ -362,3 +390,8 @@ class ControllerState:
             if leader != partition.leader:
                 record["leader"] = leader
         return record if len(record) > 3 else None
+
+
+def _controlled_shutdown_record(broker: BrokerRegistration) -> dict:
+    return {"type": "BrokerRegistrationChangeRecord", "broker_id": broker.broker_id,
+            "broker_epoch": broker.broker_epoch, "in_controlled_shutdown": True}

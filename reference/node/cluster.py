@@ -161,6 +161,7 @@ class ClusterBroker(Broker):
             if entry.record["type"] == "LeaderChangeMessage":
                 if self.raft.role is RaftRole.LEADER and entry.epoch == self.raft.epoch:
                     self._active_epoch = self.raft.epoch
+                    log.info("node %d is the active controller (epoch %d)", self.config.node_id, self.raft.epoch)
                     self._producer_id_next = self.image.next_producer_id  # never reuse a predecessor's ids
                     # Heartbeats are not in the log: a new controller starts every broker's session
                     # now, so a broker that died with the previous controller is fenced in time.
@@ -230,6 +231,11 @@ class ClusterBroker(Broker):
         records = self.controller.register_broker(broker_id, incarnation_id, host, port, now_ms)
         self._queue(records)
         return len(records)
+
+    def note_heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
+        """A heartbeat reached the active controller; it is decided later, in turn."""
+        if self.is_active_controller:
+            self.controller.note_contact(broker_id, broker_epoch, now_ms)
 
     def broker_heartbeat(self, broker_id: int, broker_epoch: int, want_shutdown: bool, now_ms: int) -> None:
         self._queue(self.controller.heartbeat(broker_id, broker_epoch, now_ms, want_shutdown))

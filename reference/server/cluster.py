@@ -293,6 +293,8 @@ class ClusterServer(BrokerServer):
 
     async def _controller_command(self, kind: str, request: dict) -> tuple[ErrorCode, bytes]:
         """A broker's registration, heartbeat or AlterPartition, on the active controller."""
+        if kind == "broker_heartbeat":
+            self.broker.note_heartbeat(request["broker_id"], request["broker_epoch"], now_ms())
         async with self._controller_lock:
             if not self.broker.is_active_controller:
                 return ErrorCode.NOT_CONTROLLER, b""
@@ -457,7 +459,7 @@ class ClusterServer(BrokerServer):
     async def _lifecycle_loop(self) -> None:
         config = self.broker.config
         host, port = config.advertised
-        while True:
+        while not self._stopping:  # stop() sends the last heartbeat, asking for a controlled shutdown
             try:
                 if self.broker.broker_epoch < 0:
                     await self._controller_call("broker_registration", {

@@ -17,6 +17,32 @@ WAIT_S = 60.0  # a bound for a loaded 2-core machine; conditions usually hold wi
 _topic_numbers = itertools.count()
 
 
+LOG_LINES_ON_FAILURE = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the last lines of each node's log (fences, elections,
+    errors): on a CI machine the clusters' directories are gone once the run ends."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    clusters = [value for value in item.funcargs.values() if isinstance(value, ClusterProcess)]
+    clusters += [cluster for value in item.funcargs.values() for cluster in getattr(value, "started", [])]
+    for cluster in clusters:
+        for node_id, node in cluster.nodes.items():
+            report.sections.append((f"node {node_id}: {node.stderr_path}", _last_lines(node.stderr_path)))
+
+
+def _last_lines(path: str) -> str:
+    try:
+        with open(path, errors="replace") as log:
+            return "".join(log.readlines()[-LOG_LINES_ON_FAILURE:])
+    except OSError as error:
+        return f"(no log: {error})"
+
+
 @pytest.fixture
 def start_cluster(tmp_path):
     """start_cluster(nodes=3, **overrides) -> a started ClusterProcess, stopped after the test."""
@@ -29,6 +55,7 @@ def start_cluster(tmp_path):
         cluster.start()
         return cluster
 
+    start.started = started
     yield start
     for cluster in started:
         cluster.stop()

@@ -132,6 +132,38 @@ def test_controlled_shutdown_moves_leadership_and_preferred_election_moves_it_ba
     assert partition_of(state, "t").leader == 1 and partition_of(state, "t").leader_epoch == 2
 
 
+def test_a_heartbeat_after_a_controlled_shutdown_does_not_unfence_until_the_broker_registers_again():
+    """A heartbeat the stopping incarnation sent before its shutdown request, decided after it,
+    must not bring the broker back as a leader candidate; its next incarnation is unfenced."""
+    state = three_brokers()
+    commit(state, state.create_topic("t", 1, 3, {}))
+    epoch = state.brokers[1].broker_epoch
+    commit(state, state.heartbeat(1, epoch, 0, want_shutdown=True))
+    assert state.brokers[1].fenced and state.brokers[1].in_controlled_shutdown
+    assert state.heartbeat(1, epoch, 10) == [] and state.heartbeat(1, epoch, 20, want_shutdown=True) == []
+    snapshot = ControllerState()
+    for record in state.snapshot_records():
+        snapshot.apply(record)
+    assert snapshot.brokers[1].in_controlled_shutdown, "kept in the metadata log, so a new controller knows it too"
+    commit(state, state.register_broker(1, "incarnation-1b", "127.0.0.1", 9091, 30))
+    commit(state, state.heartbeat(1, state.brokers[1].broker_epoch, 30))
+    assert not state.brokers[1].fenced and not state.brokers[1].in_controlled_shutdown
+
+
+def test_a_heartbeat_counts_from_its_arrival_not_from_when_the_controller_decides_it():
+    state = three_brokers(session_timeout_ms=1_000)
+    for broker_id in (1, 2, 3):
+        state.note_contact(broker_id, state.brokers[broker_id].broker_epoch, now_ms=900)
+    state.note_contact(3, broker_epoch=99, now_ms=1_500)  # a stale incarnation's heartbeat counts for nothing
+    assert state.fence_expired_brokers(now_ms=1_800) == []
+    state.note_contact(2, state.brokers[2].broker_epoch, now_ms=1_850)
+    commit(state, state.heartbeat(2, state.brokers[2].broker_epoch, now_ms=1_700))  # decided after a later one arrived
+    fenced = []
+    while records := state.fence_expired_brokers(now_ms=1_901):
+        fenced += [commit(state, records)[-1]["id"]]
+    assert fenced == [1, 3]
+
+
 def test_snapshot_records_rebuild_the_same_state():
     state = three_brokers()
     commit(state, state.create_topic("t", 2, 2, {"retention.ms": "1000"}))
