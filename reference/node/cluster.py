@@ -105,6 +105,10 @@ class ClusterBroker(Broker):
         self.partitions: dict[TopicPartition, PartitionReplica] = {}
         self.incarnation_id = str(uuid.uuid4())
         self.registered = False  # our RegisterBrokerRecord is committed
+        # Clients are served once this incarnation has replayed the metadata log up to its own
+        # registration and been unfenced (KIP-631); until then its view may be a stale one that
+        # names this node the leader of partitions that moved while it was down.
+        self.serving_clients = False
         self.pending_records: list[dict] = []  # the active controller's records for the shell to commit
         # topics for the shell to create through the active controller: internal ones, and auto-created ones
         self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}
@@ -175,6 +179,9 @@ class ClusterBroker(Broker):
         if self.raft.role is not RaftRole.LEADER:
             self._active_epoch = -1
             self.pending_records.clear()  # decided from a state a later controller may have changed
+        if not self.serving_clients and self.config.is_broker and self.own_broker_live:
+            self.serving_clients = True
+            log.info("broker %d caught up with the metadata log and unfenced: serving clients", self.config.node_id)
         if self.registered:
             for topic_partition in sorted(self._dirty):
                 self._sync_partition(topic_partition, now_ms)
@@ -360,6 +367,11 @@ class ClusterBroker(Broker):
         return producer_id
 
     @property
+    def own_broker_live(self) -> bool:
+        """This incarnation is registered, and unfenced in the metadata this node has replayed."""
+        return self.broker_epoch >= 0 and not self.controller.brokers[self.config.node_id].fenced
+
+    @property
     def live_broker_count(self) -> int:
         return len(self.controller.unfenced_broker_ids)
 
@@ -370,7 +382,7 @@ class ClusterBroker(Broker):
         its own incarnation is registered and unfenced: the registration replayed before that is a
         killed predecessor's, which the controller counts live until the new one fences it. (A Kafka
         broker serves clients only once registered, caught up and unfenced, KIP-631.)"""
-        own_broker_live = self.broker_epoch >= 0 and not self.controller.brokers[self.config.node_id].fenced
+        own_broker_live = self.own_broker_live
         return [(b.broker_id, b.host, b.port, b.fenced or (b.broker_id == self.config.node_id and not own_broker_live))
                 for b in sorted(self.controller.brokers.values(), key=lambda b: b.broker_id)]
 

@@ -209,9 +209,10 @@ class ClusterServer(BrokerServer):
     async def _handle(self, frame) -> list | None:
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
-        if not self.broker.config.is_broker and api_key not in CONTROLLER_ONLY_APIS:
-            raise CloseConnection(f"api key {api_key} from {header.client_id!r}: node {self.broker.config.node_id} "
-                                  "is a controller only (process.roles=controller); clients talk to brokers")
+        if not self.broker.serving_clients and api_key not in CONTROLLER_ONLY_APIS:
+            why = ("serves clients once it has caught up with the metadata log and is unfenced"
+                   if self.broker.config.is_broker else "is a controller only (process.roles=controller)")
+            raise CloseConnection(f"api key {api_key} from {header.client_id!r}: node {self.broker.config.node_id} {why}")
         if api_key == ApiKey.KSPEC_CONTROLLER:
             request = decode_request(api_key, header.api_version, frame[body_offset:])
             error, payload = await self._on_internal(request.kind, bytes(request.payload))

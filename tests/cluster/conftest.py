@@ -11,7 +11,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from conformance.wire import WireClient
 from reference.process import FAST_FAILOVER, ClusterProcess
+from reference.protocol.api_keys import ApiKey
 
 WAIT_S = 60.0  # a bound for a loaded 2-core machine; conditions usually hold within seconds
 _topic_numbers = itertools.count()
@@ -78,6 +80,33 @@ def wait_until(condition, what: str, timeout_s: float = WAIT_S):
             return value
         time.sleep(0.1)
     raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def views(cluster: ClusterProcess, topic: str, partition: int = 0) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """Each serving broker's own (leader, ISR) of the partition, asked of that broker alone.
+    Brokers replay the metadata log at their own pace: one that has not yet heard of a change
+    still reports the old leader, so a single answer from any broker may be stale."""
+    seen = {}
+    for node_id in cluster.running_brokers():
+        try:
+            with WireClient(cluster.addresses[node_id], timeout_s=5.0) as wire:
+                response = wire.request(ApiKey.METADATA, 12, {
+                    "topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False})
+        except OSError:
+            continue  # gone, or not serving clients yet (catching up after a restart)
+        seen |= {node_id: (answer.leader_id, tuple(sorted(answer.isr_nodes)))
+                 for described in response.topics for answer in described.partitions
+                 if answer.partition_index == partition}
+    return seen
+
+
+def agreed_state(cluster: ClusterProcess, topic: str, partition: int = 0) -> tuple[int, tuple[int, ...]] | None:
+    """(leader, ISR) once every running broker serves clients and reports the same; else None."""
+    seen = views(cluster, topic, partition)
+    if sorted(seen) == cluster.running_brokers() and len(set(seen.values())) == 1:
+        return next(iter(seen.values()))
+    return None
 
 
 NO_ANSWER = (-1, [], [])

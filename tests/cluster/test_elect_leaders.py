@@ -14,7 +14,7 @@ from reference.process import FAST_FAILOVER, ClusterProcess
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
-from .conftest import WAIT_S, create_topic, partition_state, wait_until
+from .conftest import WAIT_S, agreed_state, create_topic, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +36,18 @@ def preferred_replica(cluster: ClusterProcess, topic: str) -> int:
 
 
 def lead_elsewhere_then_rejoin(cluster: ClusterProcess, topic: str, stop) -> int:
-    """Stop the preferred leader of partition 0 (stop(node_id)), wait until another replica
-    leads, start it again and wait until it is back in the ISR; the preferred replica."""
+    """Stop the preferred leader of partition 0 (stop(node_id)), wait until every live broker
+    knows another replica leads, start it again and wait until every broker, the restarted one
+    serving again among them, has it back in the ISR; the preferred replica."""
     preferred = preferred_replica(cluster, topic)
-    assert cluster.leader_of(topic, 0) == preferred, "a new partition is led by its preferred replica"
+    assert wait_until(lambda: agreed_state(cluster, topic), "the brokers agree")[0] == preferred, \
+        "a new partition is led by its preferred replica"
     stop(preferred)
-    wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, preferred), "another replica leads")
+    wait_until(lambda: (agreed_state(cluster, topic) or (preferred,))[0] not in (-1, preferred), "another replica leads")
     cluster.start_node(preferred)
-    wait_until(lambda: preferred in partition_state(cluster, topic)[2], f"broker {preferred} back in the ISR")
-    assert cluster.leader_of(topic, 0) != preferred
+    leader, _ = wait_until(lambda: (state := agreed_state(cluster, topic)) and preferred in state[1] and state,
+                           f"broker {preferred} back in the ISR")
+    assert leader != preferred
     return preferred
 
 
