@@ -18,8 +18,8 @@ close() waits for those flushes before it writes the clean-shutdown marker.
 
 Recovery: an open without the clean-shutdown marker rescans every segment (a rolled one may
 not have reached the disk; Kafka rescans from its recovery point): every batch's CRC and
-offsets are checked, the file is cut at the first torn or corrupt batch, and its indexes are
-rebuilt. A segment whose index files
+offsets are checked, the file is cut at the first torn or corrupt batch, its indexes are
+rebuilt and every later segment is deleted: the log ends at the cut. A segment whose index files
 are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
 snapshot and rebuilt from there by replaying batches (IDM-1).
 """
@@ -122,12 +122,15 @@ class Log:
         for position, base_offset in enumerate(base_offsets):
             segment = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                                  created_ms=now_ms)
-            if not (segment.load() and clean_shutdown):
-                cut_bytes = segment.recover()
-                if cut_bytes:
-                    log.warning("%s: cut %d bytes of torn or corrupt batches at position %d of %s, log end offset %d",
-                                self.dir_path, cut_bytes, segment.size_bytes, segment.log_path, segment.next_offset)
+            cut_bytes = 0 if segment.load() and clean_shutdown else segment.recover()
             self.segments.append(segment)
+            if cut_bytes:
+                later = base_offsets[position + 1:]
+                log.warning("%s: cut %d bytes of torn or corrupt batches at position %d of %s, log end offset %d; "
+                            "%d later segment(s) deleted", self.dir_path, cut_bytes, segment.size_bytes,
+                            segment.log_path, segment.next_offset, len(later))
+                self._delete_later_segments(later)
+                break
         if not self.segments:
             self.segments.append(LogSegment.create(self.dir_path, 0, index_interval_bytes=self.config.index_interval_bytes,
                                                    created_ms=now_ms))
@@ -135,6 +138,13 @@ class Log:
         self._load_producer_state()
         if clean_shutdown:
             os.remove(clean_marker)  # a crash from here on must trigger recovery
+
+    def _delete_later_segments(self, base_offsets: list[int]) -> None:
+        """After a cut, the log ends there, as Kafka's recovery ends it: the segments after the
+        cut one would leave a gap of offsets, and with it records no replica can be asked for."""
+        for base_offset in base_offsets:
+            LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                       created_ms=0).delete_files()
 
     def _read_log_start_offset(self) -> int:
         try:
