@@ -204,8 +204,12 @@ class Broker:
         return 1
 
     def api_versions(self) -> dict:
-        """The ApiVersions table this node advertises (reference/protocol/api_versions.py)."""
+        """The versions this node handles (reference/protocol/api_versions.py)."""
         return SUPPORTED_API_VERSIONS
+
+    def advertised_api_versions(self) -> dict:
+        """The ApiVersions table clients are shown."""
+        return self.api_versions()
 
     @property
     def controller_id(self) -> int:

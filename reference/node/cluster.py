@@ -45,6 +45,7 @@ from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerStat
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
+from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.replication import (
@@ -60,6 +61,7 @@ from reference.replication import (
 )
 from reference.storage import AppendOrigin, Log
 
+CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})  # what process.roles=controller answers
 IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", "ProducerIdsRecord"}
 METADATA_REPLAY_FAILED_EXIT_STATUS = 1  # Kafka's ProcessTerminatingFaultHandler halts with 1
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -134,8 +136,14 @@ class ClusterBroker(Broker):
     # ------------------------------------------------------------ the controller quorum
 
     def api_versions(self) -> dict:
-        """A single node's table plus what only a quorum member serves (DescribeQuorum)."""
+        """A single node's table plus what only a quorum member serves (DescribeQuorum). All of
+        it is handled on the active controller too, in requests forwarded to it (KIP-590)."""
         return {**SUPPORTED_API_VERSIONS, **CLUSTER_ONLY_API_VERSIONS}
+
+    def advertised_api_versions(self) -> dict:
+        """A controller-only node shows clients just what it answers them."""
+        table = self.api_versions()
+        return table if self.config.is_broker else {key: table[key] for key in CONTROLLER_CLIENT_APIS}
 
     @property
     def active_controller_id(self) -> int:

@@ -41,7 +41,7 @@ from reference.handlers.context import CloseConnection
 from reference.handlers.groups import has_group_node, tick_groups
 from reference.handlers.transactions import tick_transactions
 from reference.node.broker import TopicPartition
-from reference.node.cluster import ClusterBroker
+from reference.node.cluster import CONTROLLER_CLIENT_APIS, ClusterBroker
 from reference.node.quorum import decode_raft_message, encode_raft_message
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import is_supported
@@ -73,7 +73,7 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
                    ApiKey.ELECT_LEADERS}
-CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM}  # process.roles=controller
+CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, *CONTROLLER_CLIENT_APIS}  # all a node not serving clients answers
 
 
 class PeerConnection:

@@ -83,7 +83,9 @@ def test_describe_quorum_lists_the_controllers_as_voters_and_the_brokers_as_obse
 
 def test_a_controller_answers_api_versions_and_closes_on_client_requests(cluster):
     with WireClient(cluster.addresses[cluster.controller_ids[0]], timeout_s=5.0) as wire:
-        assert wire.request(ApiKey.API_VERSIONS, 0, {}).error_code == 0
+        answer = wire.request(ApiKey.API_VERSIONS, 0, {})
+        assert answer.error_code == 0
+        assert sorted(entry.api_key for entry in answer.api_keys) == [ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM]
         wire.send(ApiKey.METADATA, 1, {"topics": None})
         assert wire.closed_by_peer(WAIT_S)
 
