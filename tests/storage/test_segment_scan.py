@@ -1,7 +1,7 @@
 """Finding batches by their headers: what reads and lookups scan instead of whole batches."""
 from __future__ import annotations
 
-from conftest import make_batch
+from .conftest import make_batch
 from reference.protocol.records import RECORD_BATCH_OVERHEAD, iter_batches
 from reference.storage import LogConfig
 

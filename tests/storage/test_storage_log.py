@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import make_batch, read_all
+from .conftest import make_batch, read_all
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import TIMESTAMP_TYPE_LOG_APPEND_TIME, RecordBatch, iter_batches
 from reference.storage import LogConfig

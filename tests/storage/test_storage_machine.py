@@ -13,7 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from conftest import make_batch, read_all
+from .conftest import make_batch, read_all
 from reference.protocol.records import iter_batches
 from reference.storage import Log, LogConfig
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from conftest import make_batch, read_all
+from .conftest import make_batch, read_all
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.storage import Log, LogConfig
 from reference.storage.producer_state import SEQUENCE_MAX

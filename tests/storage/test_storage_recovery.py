@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import make_batch, read_all
+from .conftest import make_batch, read_all
 from reference.storage import LogConfig
 from reference.storage.log import CLEAN_SHUTDOWN_FILE
 
