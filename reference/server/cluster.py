@@ -64,6 +64,7 @@ PEER_TIMEOUT_S = 5.0
 PEER_ERRORS = (OSError, asyncio.TimeoutError)  # a peer that is gone, refuses, or closes mid-call
 PEER_RESPONSE_MAX_BYTES = 100 * 1024 * 1024  # a response frame from another node (socket.request.max.bytes)
 COMMIT_TIMEOUT_S = 5.0
+SERVING_CLIENTS_WAIT_S = 30.0  # a client's request to a broker still catching up after its start waits this long
 RAFT_QUEUE_MAX = 100  # raft messages waiting for one peer; older ones are dropped (Raft tolerates loss)
 RAFT_SEND_TIMEOUT_S = 1.0  # one raft message's delivery; an observer's Fetch also waits its max_wait_ms
 FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active controller
@@ -174,6 +175,7 @@ class ClusterServer(BrokerServer):
         self._controller_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self._serving_clients = asyncio.Event()  # set once, as broker.serving_clients
 
     async def start(self) -> tuple[str, int]:
         address = await super().start()
@@ -210,9 +212,7 @@ class ClusterServer(BrokerServer):
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
         if not self.broker.serving_clients and api_key not in CONTROLLER_ONLY_APIS:
-            why = ("serves clients once it has caught up with the metadata log and is unfenced"
-                   if self.broker.config.is_broker else "is a controller only (process.roles=controller)")
-            raise CloseConnection(f"api key {api_key} from {header.client_id!r}: node {self.broker.config.node_id} {why}")
+            await self._until_serving_clients(api_key, header.client_id)
         if api_key == ApiKey.KSPEC_CONTROLLER:
             request = decode_request(api_key, header.api_version, frame[body_offset:])
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
@@ -278,6 +278,21 @@ class ClusterServer(BrokerServer):
             chunks = await super()._handle(frame)
             await self._commit(self.broker.take_pending_records())
         return chunks
+
+    async def _until_serving_clients(self, api_key: int, client_id: str | None) -> None:
+        """A client's request waits, on a broker just started, until the broker has caught up
+        with the metadata log and been unfenced (a Kafka broker opens its client listener only
+        then): answered from the view it replayed so far, it could name this broker the leader
+        of partitions that moved while it was down. A controller-only node never serves clients."""
+        node_id = self.broker.config.node_id
+        if not self.broker.config.is_broker:
+            raise CloseConnection(f"api key {api_key} from {client_id!r}: node {node_id} is a controller only "
+                                  "(process.roles=controller); clients talk to brokers")
+        try:
+            await asyncio.wait_for(self._serving_clients.wait(), SERVING_CLIENTS_WAIT_S)
+        except asyncio.TimeoutError:
+            raise CloseConnection(f"api key {api_key} from {client_id!r}: broker {node_id} has not caught up with "
+                                  f"the metadata log and been unfenced within {SERVING_CLIENTS_WAIT_S:.0f} s") from None
 
     async def _on_internal(self, kind: str, payload: bytes) -> tuple[ErrorCode, bytes]:
         if kind == "raft":
@@ -382,6 +397,8 @@ class ClusterServer(BrokerServer):
                 queue.get_nowait()
             queue.put_nowait(message)
         self.broker.apply_committed(now)
+        if self.broker.serving_clients:
+            self._serving_clients.set()
         if raft.next_tick_ms < self._raft_wake_ms:
             self._raft_due.set()  # the Raft loop sleeps past what is now due: wake it
         waiting = []
