@@ -4,6 +4,7 @@ Layout (Kafka's): <data_dir>/<topic>-<partition>/
     00000000000000000000.log / .index / .timeindex   one segment per base offset
     00000000000000001234.snapshot                   producer state before offset 1234
     log-start-offset                                the log start offset, when above the first segment
+    recovery-point                                  below it, every segment is on disk (see Recovery)
     .kafka_cleanshutdown                            written by close(), consumed by the next open
 
 Time is always passed in (`now_ms`); nothing here reads a clock.
@@ -16,11 +17,14 @@ one background flusher thread (as Kafka schedules the flush of a rolled segment 
 making the append that rolled wait: a 1 GiB segment takes the disk here 0.3-0.6 s), and
 close() waits for those flushes before it writes the clean-shutdown marker.
 
-Recovery: an open without the clean-shutdown marker rescans every segment (a rolled one may
-not have reached the disk; Kafka rescans from its recovery point): every batch's CRC and
-offsets are checked, the file is cut at the first torn or corrupt batch, its indexes are
-rebuilt and every later segment is deleted: the log ends at the cut. A segment whose index files
-are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
+Recovery: an open without the clean-shutdown marker rescans every segment from the recovery
+point on: every batch's CRC and offsets are checked, the file is cut at the first torn or
+corrupt batch, its indexes are rebuilt and every later segment is deleted: the log ends at the
+cut. The recovery point (file `recovery-point`, Kafka keeps one per log directory in
+recovery-point-offset-checkpoint) is the end of the newest rolled segment whose fsync has
+completed, all older ones having completed before it: what lies below it reached the disk, so
+a restart after a crash rescans only the segments after it, not a whole 100 GB log. A segment
+whose index files are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
 snapshot and rebuilt from there by replaying batches (IDM-1).
 """
 from __future__ import annotations
@@ -45,6 +49,7 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
+RECOVERY_POINT_FILE = "recovery-point"
 SNAPSHOT_SUFFIX = ".snapshot"
 ROLLED_SEGMENT_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kspec-log-flusher")
 
@@ -89,7 +94,8 @@ class Log:
         self._unflushed_records = 0
         self._changed_since_flush = False  # appended or truncated: the next flush has work to do
         self._last_flush_ms = now_ms
-        self._rolled_flushes: list[Future] = []  # fsyncs of rolled segments, running in the background
+        self._rolled_flushes: list[Future] = []  # fsyncs of rolled segments, in roll order; each gives its end
+        self._recovery_point = 0
         os.makedirs(dir_path, exist_ok=True)
         self._load(now_ms)
 
@@ -119,10 +125,13 @@ class Log:
         clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
         clean_shutdown = os.path.exists(clean_marker)
         base_offsets = sorted(int(name[:-4]) for name in os.listdir(self.dir_path) if name.endswith(".log"))
+        recovery_point = self._read_offset_file(RECOVERY_POINT_FILE)
         for position, base_offset in enumerate(base_offsets):
             segment = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                                  created_ms=now_ms)
-            cut_bytes = 0 if segment.load() and clean_shutdown else segment.recover()
+            below_recovery_point = position + 1 < len(base_offsets) and base_offsets[position + 1] <= recovery_point
+            on_disk = clean_shutdown or below_recovery_point
+            cut_bytes = 0 if segment.load() and on_disk else segment.recover()
             self.segments.append(segment)
             if cut_bytes:
                 later = base_offsets[position + 1:]
@@ -134,7 +143,8 @@ class Log:
         if not self.segments:
             self.segments.append(LogSegment.create(self.dir_path, 0, index_interval_bytes=self.config.index_interval_bytes,
                                                    created_ms=now_ms))
-        self._log_start_offset = max(self.segments[0].base_offset, self._read_log_start_offset())
+        self._log_start_offset = max(self.segments[0].base_offset, self._read_offset_file(LOG_START_OFFSET_FILE))
+        self._recovery_point = min(recovery_point, self.active_segment.base_offset)
         self._load_producer_state()
         if clean_shutdown:
             os.remove(clean_marker)  # a crash from here on must trigger recovery
@@ -146,12 +156,40 @@ class Log:
             LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
                        created_ms=0).delete_files()
 
-    def _read_log_start_offset(self) -> int:
+    def _read_offset_file(self, name: str) -> int:
+        """An offset kept in a file of its own; 0 when there is none (or it is unreadable)."""
         try:
-            with open(os.path.join(self.dir_path, LOG_START_OFFSET_FILE)) as f:
+            with open(os.path.join(self.dir_path, name)) as f:
                 return int(f.read().strip())
         except (FileNotFoundError, ValueError):
             return 0
+
+    def _advance_recovery_point(self) -> None:
+        """Move the recovery point to the end of the newest rolled segment whose fsync has
+        completed (the flusher runs them in roll order) and keep it on disk."""
+        done = 0
+        while done < len(self._rolled_flushes) and self._rolled_flushes[done].done():
+            done += 1
+        if done:
+            end_offset = self._rolled_flushes[done - 1].result()
+            del self._rolled_flushes[:done]
+            if end_offset > self._recovery_point:
+                self._set_recovery_point(end_offset)
+
+    def _set_recovery_point(self, offset: int) -> None:
+        self._recovery_point = offset
+        self._write_atomically(RECOVERY_POINT_FILE, str(offset).encode())
+
+    def _recovery_point_after_truncation(self) -> None:
+        """Before anything is appended where the truncation cut, the recovery point must lie at or
+        below the segment that is active now, or records appended there and not yet on disk would
+        sit below it after a crash. The fsyncs of rolled segments still running are waited for
+        and forgotten: the end offsets they would report may have been truncated away."""
+        for flushed in self._rolled_flushes:
+            flushed.result()
+        self._rolled_flushes.clear()
+        if self._recovery_point != self.active_segment.base_offset:
+            self._set_recovery_point(min(self._recovery_point, self.active_segment.base_offset))
 
     def _write_atomically(self, name: str, data: bytes) -> None:
         path = os.path.join(self.dir_path, name)
@@ -293,9 +331,9 @@ class Log:
         old.time_index_final_entry()
         old.flush(fsync=False)
         old.close()
-        self._rolled_flushes = [f for f in self._rolled_flushes if not f.done()]
+        self._advance_recovery_point()
         self._rolled_flushes.append(ROLLED_SEGMENT_FLUSHER.submit(
-            fsync_files, [old.log_path, old.offset_index.path, old.time_index.path]))
+            fsync_files, [old.log_path, old.offset_index.path, old.time_index.path], old.next_offset))
         self._take_snapshot()
         segment = LogSegment.create(self.dir_path, self.log_end_offset,
                                     index_interval_bytes=self.config.index_interval_bytes, created_ms=now_ms)
@@ -443,6 +481,7 @@ class Log:
         del self.segments[keep + 1:]
         self.active_segment.truncate_to(offset)
         self._changed_since_flush = True
+        self._recovery_point_after_truncation()
         if self.log_end_offset < self._log_start_offset:
             # the batch holding `offset` began below the log start: nothing readable is left.
             self.truncate_fully_and_start_at(self._log_start_offset)
@@ -467,6 +506,7 @@ class Log:
         self._log_start_offset = offset
         self._write_atomically(LOG_START_OFFSET_FILE, str(offset).encode())
         self._changed_since_flush = True
+        self._recovery_point_after_truncation()
         self._load_producer_state()
 
     # ------------------------------------------------------------ lifecycle
@@ -479,7 +519,7 @@ class Log:
             self._changed_since_flush = False
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
-        self._rolled_flushes: list[Future] = []  # fsyncs of rolled segments, running in the background
+        self._advance_recovery_point()
 
     def close(self) -> None:
         """Flush, snapshot producer state and write the clean-shutdown marker."""
@@ -488,6 +528,7 @@ class Log:
         active.flush(fsync=True)
         for flushed in self._rolled_flushes:
             flushed.result()  # the clean-shutdown marker vouches for every segment
+        self._advance_recovery_point()
         for segment in self.segments:
             segment.close()
         self._take_snapshot()
@@ -500,8 +541,9 @@ class Log:
         shutil.rmtree(self.dir_path)
 
 
-def fsync_files(paths: list[str]) -> None:
-    """fsync each file that still exists (retention or compaction may have deleted it since)."""
+def fsync_files(paths: list[str], end_offset: int = -1) -> int:
+    """fsync each file that still exists (retention or compaction may have deleted it since);
+    returns end_offset, the offset below which the files' records now are on disk."""
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY)
@@ -511,3 +553,4 @@ def fsync_files(paths: list[str]) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+    return end_offset

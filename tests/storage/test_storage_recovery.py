@@ -11,7 +11,8 @@ import pytest
 
 from .conftest import make_batch, read_all
 from reference.storage import LogConfig
-from reference.storage.log import CLEAN_SHUTDOWN_FILE
+from reference.storage.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE
+from reference.storage.segment import LogSegment
 
 CONFIG = LogConfig(segment_bytes=4_000, index_interval_bytes=200)
 
@@ -91,6 +92,8 @@ def test_a_rolled_segment_is_rescanned_after_a_crash_too_and_the_log_ends_at_its
     assert len(later_paths) > 1
     last_position, _ = max(first.batches_from(0), key=lambda found: found[0])
     crash(log)
+    with open(os.path.join(log.dir_path, RECOVERY_POINT_FILE), "w") as f:
+        f.write("0")  # the crash came before the flusher's fsyncs
     with open(first.log_path, "r+b") as f:
         f.seek(last_position + 30)  # the last batch of the first segment: base timestamp
         f.write(b"\xff\xff")
@@ -102,6 +105,64 @@ def test_a_rolled_segment_is_rescanned_after_a_crash_too_and_the_log_ends_at_its
     cut_offset = reopened.log_end_offset
     assert [r.offset for r in read_all(reopened)] == list(range(cut_offset)), "no gap"
     assert reopened.append_as_leader(make_batch(1), 1, now_ms=0).first_offset == cut_offset
+
+
+def wait_for_rolled_flushes(log) -> int:
+    """Let the background fsyncs of rolled segments finish and the log take note; the recovery point."""
+    for flushed in list(log._rolled_flushes):
+        flushed.result()
+    log.flush(now_ms=0)
+    with open(os.path.join(log.dir_path, RECOVERY_POINT_FILE)) as f:
+        return int(f.read())
+
+
+def rescanned_segments(monkeypatch) -> list[int]:
+    """The base offsets of the segments recovery scans from now on."""
+    scanned = []
+    recover = LogSegment.recover
+
+    def recording(segment):
+        scanned.append(segment.base_offset)
+        return recover(segment)
+
+    monkeypatch.setattr(LogSegment, "recover", recording)
+    return scanned
+
+
+def test_after_a_crash_only_the_segments_past_the_recovery_point_are_rescanned(open_log, monkeypatch):
+    """Rolled segments whose fsync completed are on disk: a restart after a crash rescans from
+    the recovery point on, not the whole log."""
+    log = open_log(CONFIG)
+    bases = fill(log, 100)
+    assert len(log.segments) > 3
+    recovery_point = wait_for_rolled_flushes(log)
+    assert recovery_point == log.active_segment.base_offset, "every rolled segment is on disk"
+    crash(log)
+    scanned = rescanned_segments(monkeypatch)
+    reopened = open_log(CONFIG)
+    assert scanned == [recovery_point], "the active segment only"
+    assert [r.offset for r in read_all(reopened)] == list(range(bases[-1] + 3))
+
+
+def test_a_truncation_lowers_the_recovery_point_before_anything_is_appended_again(open_log, monkeypatch):
+    """A follower truncating into a flushed segment makes it active again: what is appended
+    there next is not on disk, so after a crash it must be rescanned."""
+    log = open_log(CONFIG)
+    fill(log, 100)
+    wait_for_rolled_flushes(log)
+    second = log.segments[1]
+    log.truncate_to(second.base_offset + 3)
+    with open(os.path.join(log.dir_path, RECOVERY_POINT_FILE)) as f:
+        assert int(f.read()) == second.base_offset
+    # The rolls that follow report no completed fsync, as when the crash comes before them.
+    monkeypatch.setattr("reference.storage.log.fsync_files", lambda paths, end_offset: -1)
+    bases = fill(log, 40)
+    assert len(log.segments) > 2
+    crash(log)
+    scanned = rescanned_segments(monkeypatch)
+    reopened = open_log(CONFIG)
+    assert scanned[0] == second.base_offset and len(scanned) == len(reopened.segments) - 1
+    assert [r.offset for r in read_all(reopened)] == list(range(bases[-1] + 3))
 
 
 def test_missing_index_files_are_rebuilt_identically(open_log, log_dir):
