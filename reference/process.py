@@ -222,9 +222,6 @@ class ClusterProcess:
         metadata = self.metadata()
         return -1 if metadata is None else metadata.controller_id
 
-    def running_nodes(self) -> list[int]:
-        return [node_id for node_id, node in self.nodes.items() if node.running]
-
     def running_brokers(self) -> list[int]:
         return [node_id for node_id in self.broker_ids if self.nodes[node_id].running]
 

@@ -14,9 +14,10 @@ producer-id blocks; what the single-node handlers read). Each partition with a r
 is a PartitionReplica over its Log, told of every change of its partition record.
 
 While it is the Raft leader (only a node with the controller role can be) and has committed an
-entry of its own epoch (so it has applied everything before), the node is the active controller: admin requests, broker registrations
-and heartbeats, and AlterPartition turn into records (`pending_records`) that the shell
-proposes to the quorum and waits to see committed before it answers.
+entry of its own epoch (so it has applied everything before), the node is the active
+controller: admin requests, broker registrations and heartbeats, and AlterPartition turn into
+records (`pending_records`) that the shell proposes to the quorum and waits to see committed
+before it answers.
 
 A (re)started broker acts on its partitions only once its own registration is committed: the
 registration fences its previous incarnation, which moves that incarnation's leaderships
@@ -61,7 +62,8 @@ from reference.replication import (
 )
 from reference.storage import AppendOrigin, Log
 
-CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})  # what process.roles=controller answers
+# What a controller-only node (process.roles=controller) answers outside the quorum.
+CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
 IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", "ProducerIdsRecord"}
 METADATA_REPLAY_FAILED_EXIT_STATUS = 1  # Kafka's ProcessTerminatingFaultHandler halts with 1
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"

@@ -27,7 +27,9 @@ Tasks, each a loop around the sans-IO cores (which ones run depends on process.r
   partition leaders, KIP-890 verification, producer ids; one connection per broker.
 
 A controller-only node serves no clients: a request other than ApiVersions or DescribeQuorum
-closes the connection with one log line, as a Kafka controller's listener does.
+closes the connection with one log line, as a Kafka controller's listener does. A broker just
+started holds clients' requests until it has caught up with the metadata log and been unfenced
+(`_until_serving_clients`).
 """
 from __future__ import annotations
 

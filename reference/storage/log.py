@@ -188,8 +188,8 @@ class Log:
         for flushed in self._rolled_flushes:
             flushed.result()
         self._rolled_flushes.clear()
-        if self._recovery_point != self.active_segment.base_offset:
-            self._set_recovery_point(min(self._recovery_point, self.active_segment.base_offset))
+        if self._recovery_point > self.active_segment.base_offset:
+            self._set_recovery_point(self.active_segment.base_offset)
 
     def _write_atomically(self, name: str, data: bytes) -> None:
         path = os.path.join(self.dir_path, name)
@@ -541,7 +541,7 @@ class Log:
         shutil.rmtree(self.dir_path)
 
 
-def fsync_files(paths: list[str], end_offset: int = -1) -> int:
+def fsync_files(paths: list[str], end_offset: int) -> int:
     """fsync each file that still exists (retention or compaction may have deleted it since);
     returns end_offset, the offset below which the files' records now are on disk."""
     for path in paths:

@@ -43,7 +43,8 @@ def lead_elsewhere_then_rejoin(cluster: ClusterProcess, topic: str, stop) -> int
     assert wait_until(lambda: agreed_state(cluster, topic), "the brokers agree")[0] == preferred, \
         "a new partition is led by its preferred replica"
     stop(preferred)
-    wait_until(lambda: (agreed_state(cluster, topic) or (preferred,))[0] not in (-1, preferred), "another replica leads")
+    wait_until(lambda: (agreed_state(cluster, topic) or (preferred,))[0] not in (-1, preferred),
+               "another replica leads")
     cluster.start_node(preferred)
     leader, _ = wait_until(lambda: (state := agreed_state(cluster, topic)) and preferred in state[1] and state,
                            f"broker {preferred} back in the ISR")

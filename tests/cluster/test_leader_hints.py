@@ -4,17 +4,14 @@ broker knows, and the leader's endpoint (Produce v10+, Fetch v16+), so a client 
 straight there. Raw requests over a socket, to a real two-node cluster."""
 from __future__ import annotations
 
-import socket
-import struct
-
 import pytest
 
+from conformance.wire import WireClient
 from reference.process import FAST_FAILOVER, ClusterProcess
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
-from reference.protocol.messages import decode_response, encode_request
 
-from .conftest import WAIT_S, create_topic, partition_state, wait_until
+from .conftest import WAIT_S, agreed_state, create_topic, wait_until
 
 NO_LEADER = -1
 
@@ -30,27 +27,14 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def topic(cluster):
     name = create_topic(cluster, replication_factor=2)
-    wait_until(lambda: partition_state(cluster, name)[2] == [1, 2], "both replicas in the ISR")
+    wait_until(lambda: (agreed_state(cluster, name) or (None, ()))[1] == (1, 2),
+               "both brokers: both replicas in the ISR")
     return name
 
 
 def request(address: str, api_key: int, version: int, body: dict):
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=WAIT_S) as connection:
-        connection.sendall(encode_request(api_key, version, 7, "kspec-leader-hints", body))
-        (size,) = struct.unpack(">i", _read_exactly(connection, 4))
-        correlation_id, response = decode_response(api_key, version, _read_exactly(connection, size))
-    assert correlation_id == 7
-    return response
-
-
-def _read_exactly(connection: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
+    with WireClient(address, client_id="kspec-leader-hints", timeout_s=WAIT_S) as wire:
+        return wire.request(api_key, version, body)
 
 
 def partition_metadata(cluster: ClusterProcess, topic: str):
