@@ -1,0 +1,1 @@
+"""MirrorMaker 2-style mirroring between Kafka-compatible clusters (`kspec mirror`)."""

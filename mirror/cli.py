@@ -1,0 +1,105 @@
+"""`kspec mirror mm2.properties` runs every enabled flow; `kspec mirror status mm2.properties`
+shows each flow's progress and checkpoints.
+
+As `connect-mirror-maker.sh mm2.properties [--clusters B ...]`: `--clusters` runs only the flows
+into the named target clusters. A bad file, an unknown alias, a regex that does not compile or
+a target refusing to create a topic is one line on stderr and exit 2; a cluster that cannot be
+reached is logged and retried with backoff. SIGTERM or SIGINT stops cleanly: what was copied is
+committed first.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+import click
+
+from kspec.ops.common import BadUsage, OpsCommand, OpsGroup
+from mirror.clients import MirrorError
+from mirror.config import ConfigError, FlowConfig, load
+
+log = logging.getLogger("mirror")
+
+
+class MirrorGroup(OpsGroup):
+    """`kspec mirror FILE` runs the mirror; `kspec mirror status FILE` is the operator view."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+def clusters_option(command):
+    return click.option("--clusters", multiple=True, metavar="ALIAS",
+                        help="only the flows into these target clusters (repeatable)")(command)
+
+
+def _flows(properties: str, clusters: tuple[str, ...]) -> list[FlowConfig]:
+    try:
+        return load(properties, list(clusters) or None)
+    except ConfigError as error:
+        raise BadUsage(f"{properties}: {error}") from None
+
+
+@click.group(cls=MirrorGroup)
+def mirror() -> None:
+    """MirrorMaker 2-style mirroring between Kafka-compatible clusters.
+
+    \b
+    Examples:
+      kspec mirror mm2.properties
+      kspec mirror mm2.properties --clusters B
+      kspec mirror status mm2.properties
+    """
+
+
+@mirror.command(cls=OpsCommand)
+@click.argument("properties", metavar="MM2_PROPERTIES")
+@clusters_option
+def run(properties: str, clusters: tuple[str, ...]) -> None:
+    """Mirror every enabled flow of an mm2.properties file until stopped."""
+    from mirror.flow import Flow
+
+    flows = _flows(properties, clusters)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    failures: list[str] = []
+
+    def run_flow(config: FlowConfig) -> None:
+        try:
+            flow = Flow(config, stopping)
+            if flow.start():
+                flow.run()
+        except MirrorError as error:
+            failures.append(str(error))
+            stopping.set()
+
+    threads = [threading.Thread(target=run_flow, args=(config,), name=config.name) for config in flows]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(0.2)
+    if failures:
+        raise BadUsage(failures[0])
+
+
+@mirror.command(cls=OpsCommand)
+@click.argument("properties", metavar="MM2_PROPERTIES")
+@clusters_option
+def status(properties: str, clusters: tuple[str, ...]) -> None:
+    """Per remote partition: source end, mirrored position, target end and lag; checkpoints per group."""
+    from mirror.status import show
+
+    flows = _flows(properties, clusters)
+    try:
+        for config in flows:
+            show(config)
+    except MirrorError as error:
+        raise BadUsage(str(error)) from None

@@ -1,0 +1,133 @@
+"""The mirror's clients of the two clusters (confluent-kafka), and what the flow and the status
+view both do with them: wait for a cluster with backoff, create topics, read a topic to its end.
+
+Every client is built from the flow's `<alias>.*` keys in mm2.properties; librdkafka's own log
+lines stay quiet and connection failures are logged once per episode by ConnectionLog.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kspec.ops.common import CONNECTION_FAILURES, HINTS, quiet_logger
+
+log = logging.getLogger("mirror")
+
+REQUEST_TIMEOUT_S = 30.0
+READ_TO_END_TIMEOUT_S = 60.0
+BACKOFF_S_MIN = 0.5
+BACKOFF_S_MAX = 30.0
+METADATA_ATTEMPT_S = 5.0
+
+
+class MirrorError(Exception):
+    """A problem the mirror cannot mend by retrying (bad config, a cluster refusing a topic): one
+    line for the operator, exit 2."""
+
+
+class ConnectionLog:
+    """librdkafka's error callback: a cluster that cannot be reached is logged, not raised
+    (librdkafka keeps reconnecting by itself), once until it answers again."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.down = False
+        self.lock = threading.Lock()
+
+    def __call__(self, error: KafkaError) -> None:
+        if error.code() in CONNECTION_FAILURES:
+            with self.lock:
+                if not self.down:
+                    log.warning("cluster %s cannot be reached: %s; librdkafka keeps retrying", self.alias, error.str())
+                self.down = True
+
+    def answered(self) -> None:
+        with self.lock:
+            if self.down:
+                log.info("cluster %s answers again", self.alias)
+            self.down = False
+
+
+def build(kind: str, configs: dict[str, dict[str, str]], connection: ConnectionLog, **settings):
+    """A producer, consumer or admin client of one cluster; an unknown client key is a MirrorError."""
+    config = {**configs[kind], "error_cb": connection, "logger": quiet_logger(), **settings}
+    try:
+        return {"producer": Producer, "consumer": Consumer, "admin": AdminClient}[kind](config)
+    except KafkaException as error:
+        raise MirrorError(f"cluster {connection.alias}: {error.args[0].str()}; "
+                          f"fix or remove that key under `{connection.alias}.` in mm2.properties") from None
+
+
+def wait_reachable(admin: AdminClient, connection: ConnectionLog, stopping: threading.Event):
+    """The cluster's metadata, retrying with exponential backoff (logged) until it answers."""
+    backoff_s = BACKOFF_S_MIN
+    while not stopping.is_set():
+        try:
+            metadata = admin.list_topics(timeout=METADATA_ATTEMPT_S)
+            connection.answered()
+            return metadata
+        except KafkaException as error:
+            log.warning("cluster %s cannot be reached (%s); retrying in %.1f s",
+                        connection.alias, error.args[0].str(), backoff_s)
+        stopping.wait(backoff_s)
+        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+    return None
+
+
+def create_topics(admin: AdminClient, alias: str, topics: list[NewTopic]) -> None:
+    """Create the topics, waiting for the answer; one that exists already is fine, any other
+    refusal is a MirrorError naming the topic, the reason and the key that mends it."""
+    if not topics:
+        return
+    for name, future in admin.create_topics(topics, request_timeout=REQUEST_TIMEOUT_S).items():
+        try:
+            future.result()
+            log.info("created topic %s in cluster %s", name, alias)
+        except KafkaException as exception:
+            error = exception.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            hint = HINTS.get(error.code(), "check the cluster's logs and its ACLs")
+            if error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                hint = ("set replication.factor (remote topics) or <internal>.replication.factor "
+                        "in mm2.properties to at most the number of brokers, or -1 for the broker default")
+            raise MirrorError(f"cluster {alias} refused to create topic {name}: {error.str()}; {hint}") from None
+
+
+def read_to_end(configs: dict[str, dict[str, str]], connection: ConnectionLog, topic: str, partitions: int,
+                read_committed: bool = False, timeout_s: float = READ_TO_END_TIMEOUT_S):
+    """Every record of the topic from its start to its end as of now (read_committed: to its
+    last stable offset), partition by partition in offset order."""
+    consumer = build("consumer", configs, connection, **{
+        "group.id": "kspec-mirror-reader", "enable.auto.commit": False, "enable.partition.eof": True,
+        "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        remaining = set(range(partitions))
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise MirrorError(f"cluster {connection.alias}: topic {topic} could not be read to its end "
+                                  f"within {timeout_s:.0f} s; check the cluster")
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is None:
+                yield message
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                remaining.discard(message.partition())
+            else:
+                log.warning("reading %s in cluster %s: %s", topic, connection.alias, message.error().str())
+    finally:
+        consumer.close()
+
+
+def partition_count(admin: AdminClient, topic: str) -> int:
+    """Partitions of an existing topic (0 if unknown)."""
+    metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
+    found = metadata.topics.get(topic)
+    return len(found.partitions) if found is not None and found.error is None else 0

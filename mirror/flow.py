@@ -1,0 +1,436 @@
+"""One flow `source->target`: copy the chosen topics, keep the mirror's progress in the target,
+write offset syncs, emit checkpoints and heartbeats, and sync group offsets.
+
+What MM2 spreads over three connectors (MirrorSourceConnector, MirrorCheckpointConnector,
+MirrorHeartbeatConnector) on a Connect herder runs here as one loop on one thread:
+
+    refresh topics -> poll source -> copy into target -> commit progress -> offset syncs
+                   -> heartbeat, checkpoints, group offsets (each on its own interval)
+
+Progress is Connect's source offsets, kept in `mm2-offsets.<source>.internal` in the target:
+for each source partition the last offset copied; a restarted mirror continues after it.
+
+- At least once (default): records are produced with an idempotent producer; every
+  `offset.flush.interval.ms` the producer is flushed and only then is progress written. A kill
+  between the two re-copies what was flushed since the last progress: duplicates, no loss.
+- Exactly once (`exactly.once.support=enabled`, or the target's
+  `exactly.once.source.support=enabled`; KIP-618, the idea of KIP-656): each poll's records
+  and the progress after them are written in one transaction of a producer whose
+  transactional.id belongs to this flow. A restart's init_transactions fences a zombie and
+  aborts its open transaction; progress is read read_committed, so it and the records
+  committed with it agree: a kill neither loses nor duplicates. The source is read
+  read_committed too, so aborted source records are not copied.
+
+Offset syncs are written (into the source cluster) only after the records they name are
+committed, so a checkpoint never translates to a copy that might vanish.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, ConsumerGroupState,
+                             ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition)
+from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+
+from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, partition_count,
+                            read_to_end, wait_reachable)
+from mirror.config import FlowConfig
+from mirror.offsets import SyncStore, SyncWriter
+from mirror.records import Checkpoint, Heartbeat, OffsetSync, decode_progress, progress_key, progress_value
+from mirror.policy import HEARTBEATS_TOPIC
+
+log = logging.getLogger("mirror")
+
+POLL_RECORDS_MAX = 500          # records per poll (and per transaction with exactly once)
+POLL_TIMEOUT_S = 0.2
+FLUSH_TIMEOUT_S = 30.0
+RETRY_BACKOFF_S = 1.0
+IDLE_GROUP_STATES = {ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD}  # DEAD: unknown to the target
+
+
+class Rewind(Exception):
+    """A copy was not acknowledged: go back to the stored progress and copy again."""
+
+
+@dataclass
+class Batch:
+    """What was produced since the last progress commit."""
+    last_consumed: dict[tuple[str, int], int] = field(default_factory=dict)    # source tp -> offset
+    delivered: list[tuple[str, int, int, int]] = field(default_factory=list)  # (topic, partition, upstream, downstream)
+    failure: KafkaError | None = None
+    produced: int = 0
+
+
+class Flow:
+    def __init__(self, config: FlowConfig, stopping: threading.Event) -> None:
+        self.config = config
+        self.stopping = stopping
+        self.policy = config.policy
+        self.source_connection = ConnectionLog(config.source)
+        self.target_connection = ConnectionLog(config.target)
+        self.progress: dict[tuple[str, int], int] = {}     # source tp -> last offset copied (committed)
+        self.assigned: dict[tuple[str, int], None] = {}    # source partitions being copied, in order
+        self.remote_partitions: dict[str, int] = {}        # remote topic -> partitions created
+        self.writer = SyncWriter(config.offset_lag_max)
+        self.store = SyncStore()
+        self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
+        self.inactive_groups_warned: set[str] = set()
+        self.batch = Batch()
+        self.copied_total = 0
+        self.due_s = {"refresh": 0.0, "heartbeat": 0.0, "checkpoint": 0.0, "group-sync": 0.0,
+                      "commit": 0.0}
+
+    # ---- start ---------------------------------------------------------------------------
+
+    def start(self) -> bool:
+        """Connect to both clusters (retrying), create the internal topics, recover progress.
+        False if asked to stop meanwhile."""
+        c = self.config
+        self.source_admin = build("admin", c.source_clients, self.source_connection)
+        self.target_admin = build("admin", c.target_clients, self.target_connection)
+        if wait_reachable(self.target_admin, self.target_connection, self.stopping) is None:
+            return False
+        if wait_reachable(self.source_admin, self.source_connection, self.stopping) is None:
+            return False
+        compact = {"cleanup.policy": "compact"}
+        rf = c.internal_replication_factor
+        create_topics(self.target_admin, c.target, [
+            NewTopic(c.offsets_topic, c.offset_storage_partitions, rf["offset.storage"], config=compact),
+            *([NewTopic(c.checkpoints_topic, 1, rf["checkpoints.topic"], config=compact)] if c.emit_checkpoints else []),
+            *([NewTopic(HEARTBEATS_TOPIC, 1, rf["heartbeats.topic"], config=compact)] if c.emit_heartbeats else []),
+        ])
+        if c.emit_offset_syncs:
+            create_topics(self.source_admin, c.source,
+                          [NewTopic(c.offset_syncs_topic, 1, rf["offset-syncs.topic"], config=compact)])
+        self.source_consumer = build("consumer", c.source_clients, self.source_connection, **{
+            "group.id": f"{c.source}-mm2", "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed" if c.exactly_once else "read_uncommitted"})
+        self.source_producer = build("producer", c.source_clients, self.source_connection,
+                                     **{"client.id": f"{c.name}-offset-syncs"})
+        # Internal records (heartbeats, checkpoints) never belong to the copy's transactions.
+        self.target_producer = build("producer", c.target_clients, self.target_connection,
+                                     **{"client.id": f"{c.name}-internal", "partitioner": "murmur2_random"})
+        data_settings = {"client.id": c.name, "enable.idempotence": True, "acks": "all",
+                         "partitioner": "murmur2_random", "linger.ms": 5}
+        if c.exactly_once:
+            data_settings["transactional.id"] = c.transactional_id
+        self.data_producer = build("producer", c.target_clients, self.target_connection, **data_settings)
+        if c.exactly_once:
+            # Fences an earlier incarnation and aborts its open transaction before progress is read.
+            self.data_producer.init_transactions(REQUEST_TIMEOUT_S)
+        self._recover_progress()
+        if c.emit_offset_syncs:
+            self._read_offset_syncs()
+        log.info("flow %s: %s, progress for %d partitions", c.name,
+                 "exactly once" if c.exactly_once else "at least once", len(self.progress))
+        return True
+
+    def _recover_progress(self) -> None:
+        c = self.config
+        partitions = partition_count(self.target_admin, c.offsets_topic)
+        for message in read_to_end(c.target_clients, self.target_connection, c.offsets_topic, partitions,
+                                   read_committed=True):
+            decoded = decode_progress(message.key(), message.value())
+            if decoded is None or decoded[0] != c.source:
+                continue
+            _, topic, partition, last = decoded
+            if last is None:
+                self.progress.pop((topic, partition), None)
+            else:
+                self.progress[(topic, partition)] = last
+
+    def _read_offset_syncs(self) -> None:
+        """MM2 translates only once the syncs topic is read to its end (OffsetSyncStore)."""
+        c = self.config
+        for message in read_to_end(c.source_clients, self.source_connection, c.offset_syncs_topic, 1):
+            self.store.add(OffsetSync.decode(message.key(), message.value()))
+
+    # ---- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        c = self.config
+        try:
+            while not self.stopping.is_set():
+                now_s = time.monotonic()
+                if self._due("refresh", now_s, c.refresh_topics_interval_s if c.refresh_topics else None):
+                    self._refresh_topics()
+                try:
+                    self._copy_one_poll()
+                    if c.exactly_once or self._due("commit", time.monotonic(), c.offset_flush_interval_ms / 1000):
+                        self._commit()
+                except Rewind as why:
+                    log.warning("flow %s: %s; copying again from the stored progress", c.name, why)
+                    self._rewind()
+                    self.stopping.wait(RETRY_BACKOFF_S)
+                    continue
+                now_s = time.monotonic()
+                if c.emit_heartbeats and self._due("heartbeat", now_s, c.emit_heartbeats_interval_s):
+                    self._heartbeat()
+                if c.emit_checkpoints and self._due("checkpoint", now_s, c.emit_checkpoints_interval_s):
+                    self._checkpoints()
+        finally:
+            self._close()
+
+    def _due(self, what: str, now_s: float, interval_s: float | None) -> bool:
+        if interval_s is None or now_s < self.due_s[what]:
+            return False
+        self.due_s[what] = now_s + interval_s
+        return True
+
+    # ---- topics ------------------------------------------------------------------------------
+
+    def _refresh_topics(self) -> None:
+        """Find the source topics to mirror; create their remote topics with the same partition
+        count (and configs), add partitions that appeared, and start copying new partitions."""
+        c = self.config
+        try:
+            metadata = self.source_admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+            self.source_connection.answered()
+            target = self.target_admin.list_topics(timeout=REQUEST_TIMEOUT_S)
+        except KafkaException as error:
+            log.warning("flow %s: cannot list topics (%s); retrying at the next refresh", c.name, error.args[0].str())
+            self.due_s["refresh"] = time.monotonic() + RETRY_BACKOFF_S
+            return
+        wanted = {name: len(t.partitions) for name, t in metadata.topics.items()
+                  if t.error is None and c.mirrors_topic(name)}
+        new_topics, grown = [], []
+        for topic, partitions in sorted(wanted.items()):
+            remote = self.policy.format_remote_topic(c.source, topic)
+            existing = target.topics.get(remote)
+            have = len(existing.partitions) if existing is not None and existing.error is None else 0
+            if have == 0:
+                new_topics.append(NewTopic(remote, partitions, c.replication_factor, config=self._topic_configs(topic)))
+            elif have < partitions:
+                grown.append(NewPartitions(remote, partitions))
+        create_topics(self.target_admin, c.target, new_topics)
+        for remote, future in (self.target_admin.create_partitions(grown, request_timeout=REQUEST_TIMEOUT_S).items()
+                               if grown else ()):
+            try:
+                future.result()
+                log.info("flow %s: %s grown to its source's partition count", c.name, remote)
+            except KafkaException as error:
+                raise MirrorError(f"cluster {c.target} refused to add partitions to {remote}: "
+                                  f"{error.args[0].str()}") from None
+        added = [(topic, p) for topic, n in sorted(wanted.items()) for p in range(n) if (topic, p) not in self.assigned]
+        if added:
+            self.source_consumer.incremental_assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in added])
+            self.assigned.update(dict.fromkeys(added))
+            log.info("flow %s: copying %s", c.name, ", ".join(f"{t}-{p}" for t, p in added))
+
+    def _topic_configs(self, topic: str) -> dict[str, str]:
+        """The source topic's own configs (not defaults), minus config.properties.exclude."""
+        c = self.config
+        if not c.sync_topic_configs:
+            return {}
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            entries = self.source_admin.describe_configs([resource], request_timeout=REQUEST_TIMEOUT_S)[resource].result()
+        except KafkaException as error:
+            log.warning("flow %s: cannot read the configs of %s (%s); creating it with defaults",
+                        c.name, topic, error.args[0].str())
+            return {}
+        return {name: entry.value for name, entry in entries.items()
+                if entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+                and entry.value is not None
+                and not c.config_properties_exclude.fullmatch(name)}
+
+    def _start_offset(self, topic: str, partition: int) -> int:
+        last = self.progress.get((topic, partition))
+        return OFFSET_BEGINNING if last is None else last + 1
+
+    # ---- copying -----------------------------------------------------------------------------
+
+    def _copy_one_poll(self) -> None:
+        c = self.config
+        if not self.assigned:
+            self.stopping.wait(POLL_TIMEOUT_S)
+            return
+        messages = self.source_consumer.consume(POLL_RECORDS_MAX, POLL_TIMEOUT_S)
+        records = []
+        for message in messages:
+            if message.error() is None:
+                records.append(message)
+            elif message.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("flow %s: reading %s-%s: %s", c.name, message.topic(), message.partition(),
+                            message.error().str())
+        if not records:
+            return
+        if c.exactly_once and self.batch.produced == 0:
+            self.data_producer.begin_transaction()
+        for message in records:
+            self._produce_copy(message)
+        self.data_producer.poll(0)
+
+    def _produce_copy(self, message) -> None:
+        source_tp = (message.topic(), message.partition())
+        upstream = message.offset()
+        batch = self.batch
+
+        def delivered(error, copy) -> None:
+            if error is not None:
+                batch.failure = batch.failure or error
+            else:
+                batch.delivered.append((*source_tp, upstream, copy.offset()))
+
+        timestamp_type, timestamp_ms = message.timestamp()
+        while True:
+            try:
+                self.data_producer.produce(
+                    self.policy.format_remote_topic(self.config.source, message.topic()), message.value(),
+                    message.key(), partition=message.partition(), headers=message.headers(),
+                    timestamp=0 if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp_ms, on_delivery=delivered)
+                break
+            except BufferError:  # librdkafka's queue is full: let deliveries drain
+                self.data_producer.poll(0.1)
+        batch.last_consumed[source_tp] = upstream
+        batch.produced += 1
+
+    def _commit(self) -> None:
+        """Make the batch's copies and the progress after them durable, then send offset syncs."""
+        c, batch = self.config, self.batch
+        if batch.produced == 0:
+            return
+        progress = [(c.offsets_topic, progress_key(c.source, topic, partition), progress_value(last))
+                    for (topic, partition), last in sorted(batch.last_consumed.items())]
+        if c.exactly_once:
+            for topic, key, value in progress:
+                self.data_producer.produce(topic, value, key)
+            try:
+                self.data_producer.commit_transaction(FLUSH_TIMEOUT_S)
+            except KafkaException as exception:
+                self._transaction_failed(exception.args[0])
+        else:
+            self._flush_or_rewind()
+            for topic, key, value in progress:
+                self.data_producer.produce(topic, value, key, on_delivery=self._progress_delivered)
+            self._flush_or_rewind()
+        if batch.failure is not None:
+            raise Rewind(f"a copy was refused: {batch.failure.str()}")
+        self.progress.update(batch.last_consumed)
+        self.copied_total += batch.produced
+        self.batch = Batch()
+        self._offset_syncs(batch)
+
+    def _progress_delivered(self, error, _message) -> None:
+        if error is not None:
+            self.batch.failure = self.batch.failure or error
+
+    def _flush_or_rewind(self) -> None:
+        if self.data_producer.flush(FLUSH_TIMEOUT_S) > 0:
+            raise Rewind(f"the target did not acknowledge within {FLUSH_TIMEOUT_S:.0f} s")
+
+    def _transaction_failed(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise MirrorError(f"flow {self.config.name}: the transactional producer {self.config.transactional_id} "
+                              f"cannot go on ({error.str()}); another mirror of this flow may have fenced it")
+        if error.txn_requires_abort():
+            self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
+        raise Rewind(f"the transaction failed: {error.str()}")
+
+    def _rewind(self) -> None:
+        """Forget the uncommitted batch and read every partition again after its stored progress."""
+        if self.config.exactly_once and self.batch.produced:
+            try:
+                self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
+            except KafkaException:
+                pass  # no transaction was open any more
+        self.data_producer.flush(FLUSH_TIMEOUT_S)
+        self.batch = Batch()
+        self.source_consumer.assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in self.assigned])
+
+    def _offset_syncs(self, batch: Batch) -> None:
+        c = self.config
+        if not c.emit_offset_syncs:
+            return
+        syncs = [s for d in sorted(batch.delivered, key=lambda d: (d[0], d[1], d[2]))
+                 if (s := self.writer.copied(*d)) is not None]
+        for sync in syncs + self.writer.deferred():
+            self.source_producer.produce(c.offset_syncs_topic, sync.value(), sync.key(), partition=0)
+            self.store.add(sync)
+        self.source_producer.poll(0)
+
+    # ---- heartbeats, checkpoints, group offsets -------------------------------------------
+
+    def _heartbeat(self) -> None:
+        beat = Heartbeat(self.config.source, self.config.target, int(time.time() * 1000))
+        self.target_producer.produce(HEARTBEATS_TOPIC, beat.value(), beat.key(), partition=0)
+        self.target_producer.poll(0)
+
+    def _checkpoints(self) -> None:
+        """Translate every chosen source group's committed offsets and emit what changed
+        (MirrorCheckpointTask); then, if enabled and due, write them into idle target groups."""
+        c = self.config
+        try:
+            listing = self.source_admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S).result()
+            groups = sorted(g.group_id for g in listing.valid if c.mirrors_group(g.group_id))
+            translated: dict[str, list[Checkpoint]] = {}
+            for group in groups:
+                request = [ConsumerGroupTopicPartitions(group)]
+                answer = self.source_admin.list_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
+                for tp in answer[group].result().topic_partitions:
+                    if tp.offset < 0 or tp.error is not None or (tp.topic, tp.partition) not in self.assigned:
+                        continue
+                    downstream = self.store.translate(tp.topic, tp.partition, tp.offset)
+                    if downstream < 0:
+                        continue
+                    remote = self.policy.format_remote_topic(c.source, tp.topic)
+                    checkpoint = Checkpoint(group, remote, tp.partition, tp.offset, downstream, tp.metadata or "")
+                    translated.setdefault(group, []).append(checkpoint)
+        except KafkaException as error:
+            log.warning("flow %s: cannot read the source's group offsets (%s); retrying at the next interval",
+                        c.name, error.args[0].str())
+            return
+        for checkpoint in (cp for cps in translated.values() for cp in cps):
+            key = (checkpoint.group, checkpoint.topic, checkpoint.partition)
+            if self.checkpoints.get(key) != checkpoint:
+                self.target_producer.produce(c.checkpoints_topic, checkpoint.value(), checkpoint.key(), partition=0)
+                self.checkpoints[key] = checkpoint
+        self.target_producer.flush(FLUSH_TIMEOUT_S)
+        if c.sync_group_offsets and self._due("group-sync", time.monotonic(), c.sync_group_offsets_interval_s):
+            for group, checkpoints in translated.items():
+                self._sync_group(group, checkpoints)
+
+    def _sync_group(self, group: str, checkpoints: list[Checkpoint]) -> None:
+        """Write translated offsets into the target group, only while it has no members, and only
+        forward (MirrorCheckpointTask.syncGroupOffset): a live consumer's position is its own."""
+        c = self.config
+        try:
+            description = self.target_admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group].result()
+            if description.state not in IDLE_GROUP_STATES or description.members:
+                if group not in self.inactive_groups_warned:
+                    log.warning("flow %s: group %s is active in %s; its offsets are not synced while it runs",
+                                c.name, group, c.target)
+                    self.inactive_groups_warned.add(group)
+                return
+            self.inactive_groups_warned.discard(group)
+            current = self.target_admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=REQUEST_TIMEOUT_S)[group].result()
+            committed = {(tp.topic, tp.partition): tp.offset for tp in current.topic_partitions}
+            forward = [TopicPartition(cp.topic, cp.partition, cp.offset) for cp in checkpoints
+                       if cp.offset > committed.get((cp.topic, cp.partition), -1)]
+            if forward:
+                self.target_admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group, forward)], request_timeout=REQUEST_TIMEOUT_S)[group].result()
+        except KafkaException as error:
+            log.warning("flow %s: cannot sync group %s into %s (%s)", c.name, group, c.target, error.args[0].str())
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    def _close(self) -> None:
+        """A clean stop: commit what was copied, send what is queued, leave the clusters."""
+        c = self.config
+        try:
+            if hasattr(self, "data_producer") and self.batch.produced:
+                self._commit()
+        except (Rewind, KafkaException) as error:
+            log.warning("flow %s: the last batch was not committed (%s); it is copied again at the next start",
+                        c.name, error)
+        for name in ("source_producer", "target_producer"):
+            if hasattr(self, name):
+                getattr(self, name).flush(FLUSH_TIMEOUT_S)
+        if hasattr(self, "source_consumer"):
+            self.source_consumer.close()
+        log.info("flow %s: stopped after copying %d records", c.name, self.copied_total)
