@@ -16,7 +16,7 @@ import threading
 
 import click
 
-from kspec.ops.common import BadUsage, OpsCommand, OpsGroup
+from kspec.ops.common import BadUsage, OpsCommand, OpsError, OpsGroup
 from mirror.clients import MirrorError
 from mirror.config import ConfigError, FlowConfig, load
 
@@ -69,7 +69,8 @@ def run(properties: str, clusters: tuple[str, ...]) -> None:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    failures: list[str] = []
+    failures: list[str] = []   # MirrorError: the config or a cluster's refusal (exit 2)
+    crashes: list[str] = []    # anything else (exit 1)
 
     def run_flow(config: FlowConfig) -> None:
         try:
@@ -78,6 +79,10 @@ def run(properties: str, clusters: tuple[str, ...]) -> None:
                 flow.run()
         except MirrorError as error:
             failures.append(str(error))
+            stopping.set()
+        except Exception:
+            log.exception("flow %s failed", config.name)
+            crashes.append(f"flow {config.name} failed; see the log above")
             stopping.set()
 
     threads = [threading.Thread(target=run_flow, args=(config,), name=config.name) for config in flows]
@@ -88,6 +93,8 @@ def run(properties: str, clusters: tuple[str, ...]) -> None:
             thread.join(0.2)
     if failures:
         raise BadUsage(failures[0])
+    if crashes:
+        raise OpsError(crashes[0])
 
 
 @mirror.command(cls=OpsCommand)

@@ -73,7 +73,7 @@ class Flow:
         self.target_connection = ConnectionLog(config.target)
         self.progress: dict[tuple[str, int], int] = {}     # source tp -> last offset copied (committed)
         self.assigned: dict[tuple[str, int], None] = {}    # source partitions being copied, in order
-        self.remote_partitions: dict[str, int] = {}        # remote topic -> partitions created
+        self.remote_partitions_wanted: dict[str, int] = {}  # remote topic -> its source's partition count
         self.writer = SyncWriter(config.offset_lag_max)
         self.store = SyncStore()
         self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
@@ -201,6 +201,7 @@ class Flow:
             remote = self.policy.format_remote_topic(c.source, topic)
             existing = target.topics.get(remote)
             have = len(existing.partitions) if existing is not None and existing.error is None else 0
+            self.remote_partitions_wanted[remote] = partitions
             if have == 0:
                 new_topics.append(NewTopic(remote, partitions, c.replication_factor, config=self._topic_configs(topic)))
             elif have < partitions:
@@ -214,11 +215,29 @@ class Flow:
             except KafkaException as error:
                 raise MirrorError(f"cluster {c.target} refused to add partitions to {remote}: "
                                   f"{error.args[0].str()}") from None
-        added = [(topic, p) for topic, n in sorted(wanted.items()) for p in range(n) if (topic, p) not in self.assigned]
+        known = self._partitions_known_to_producer([t.topic for t in new_topics] + [g.topic for g in grown])
+        added = [(topic, p) for topic, n in sorted(wanted.items()) for p in range(n)
+                 if (topic, p) not in self.assigned
+                 and p < known.get(self.policy.format_remote_topic(c.source, topic), n)]
         if added:
             self.source_consumer.incremental_assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in added])
             self.assigned.update(dict.fromkeys(added))
             log.info("flow %s: copying %s", c.name, ", ".join(f"{t}-{p}" for t, p in added))
+
+    def _partitions_known_to_producer(self, remote_topics: list[str]) -> dict[str, int]:
+        """Partitions of just created or grown remote topics that the data producer's metadata
+        shows (it refuses to produce to others); the rest are picked up at the next refresh."""
+        known: dict[str, int] = {}
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        for remote in remote_topics:
+            while True:
+                metadata = self.data_producer.list_topics(remote, timeout=REQUEST_TIMEOUT_S).topics.get(remote)
+                known[remote] = len(metadata.partitions) if metadata is not None and metadata.error is None else 0
+                wanted = self.remote_partitions_wanted[remote]
+                if known[remote] >= wanted or time.monotonic() > deadline or self.stopping.is_set():
+                    break
+                time.sleep(0.1)
+        return known
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
         """The source topic's own configs (not defaults), minus config.properties.exclude."""
