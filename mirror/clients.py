@@ -22,6 +22,7 @@ READ_TO_END_TIMEOUT_S = 60.0
 BACKOFF_S_MIN = 0.5
 BACKOFF_S_MAX = 30.0
 METADATA_ATTEMPT_S = 5.0
+READ_FETCH_WAIT_MS = 20  # reading to the end: an empty fetch should not wait long for data
 
 
 class MirrorError(Exception):
@@ -104,6 +105,7 @@ def read_to_end(configs: dict[str, dict[str, str]], connection: ConnectionLog, t
     last stable offset), partition by partition in offset order."""
     consumer = build("consumer", configs, connection, **{
         "group.id": "kspec-mirror-reader", "enable.auto.commit": False, "enable.partition.eof": True,
+        "fetch.wait.max.ms": READ_FETCH_WAIT_MS,
         "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

@@ -52,6 +52,8 @@ DEFAULTS = {
     "offset.storage.partitions": "25",
     "offset.flush.interval.ms": "60000",
     "exactly.once.support": "requested",
+    "transaction.boundary": "poll",
+    "transaction.boundary.interval.ms": "",
     "exactly.once.source.support": "disabled",
 }
 # Worker and connector keys that are not client configs, so `<alias>.<key>` is not passed on.
@@ -60,6 +62,7 @@ NOT_CLIENT_PREFIXES = ("offset.storage.", "config.storage.", "status.storage.", 
                        "header.converter", "task", "worker", "replication.policy", "dedicated.mode.")
 CLIENT_KINDS = ("producer", "consumer", "admin")
 EXACTLY_ONCE_VALUES = ("requested", "required", "enabled")
+TRANSACTION_BOUNDARIES = ("poll", "interval")  # KIP-618's `connector` needs a connector that defines them
 SOURCE_SUPPORT_VALUES = ("disabled", "preparing", "enabled")
 
 
@@ -133,6 +136,8 @@ class FlowConfig:
     offset_lag_max: int
     offset_flush_interval_ms: int
     exactly_once: bool
+    transaction_boundary: str          # KIP-618: a transaction per poll, or per interval
+    transaction_boundary_interval_ms: int
     settings: dict[str, str] = field(default_factory=dict, compare=False)  # every resolved key, for status
 
     @property
@@ -251,6 +256,9 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
                                     properties.get("exactly.once.source.support", "disabled"))
     if worker_support not in SOURCE_SUPPORT_VALUES:
         raise ConfigError(f"exactly.once.source.support: {worker_support!r} is not one of {', '.join(SOURCE_SUPPORT_VALUES)}")
+    boundary = get("transaction.boundary")
+    if boundary not in TRANSACTION_BOUNDARIES:
+        raise ConfigError(f"{flow_key('transaction.boundary')}: {boundary!r} is not one of {', '.join(TRANSACTION_BOUNDARIES)}")
     resolved = {key: get(key) for key in DEFAULTS}
     return FlowConfig(
         source=source, target=target,
@@ -280,6 +288,10 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         offset_flush_interval_ms=integer("offset.flush.interval.ms", 1),
         # KIP-618: exactly once when the target's worker support is enabled, or asked for by name.
         exactly_once=worker_support == "enabled" or exactly_once in ("required", "enabled"),
+        transaction_boundary=boundary,
+        transaction_boundary_interval_ms=(integer("transaction.boundary.interval.ms", 1)
+                                          if get("transaction.boundary.interval.ms") else
+                                          integer("offset.flush.interval.ms", 1)),
         settings=resolved,
     )
 

@@ -15,7 +15,8 @@ for each source partition the last offset copied; a restarted mirror continues a
   between the two re-copies what was flushed since the last progress: duplicates, no loss.
 - Exactly once (`exactly.once.support=enabled`, or the target's
   `exactly.once.source.support=enabled`; KIP-618, the idea of KIP-656): each poll's records
-  and the progress after them are written in one transaction of a producer whose
+  (or, with `transaction.boundary=interval`, each `transaction.boundary.interval.ms`'s) and
+  the progress after them are written in one transaction of a producer whose
   transactional.id belongs to this flow. A restart's init_transactions fences a zombie and
   aborts its open transaction; progress is read read_committed, so it and the records
   committed with it agree: a kill neither loses nor duplicates. The source is read
@@ -159,7 +160,7 @@ class Flow:
                     self._refresh_topics()
                 try:
                     self._copy_one_poll()
-                    if c.exactly_once or self._due("commit", time.monotonic(), c.offset_flush_interval_ms / 1000):
+                    if self._commit_due():
                         self._commit()
                 except Rewind as why:
                     log.warning("flow %s: %s; copying again from the stored progress", c.name, why)
@@ -173,6 +174,15 @@ class Flow:
                     self._checkpoints()
         finally:
             self._close()
+
+    def _commit_due(self) -> bool:
+        """At least once: every offset.flush.interval.ms. Exactly once: after every poll, or
+        every transaction.boundary.interval.ms with transaction.boundary=interval (KIP-618)."""
+        c = self.config
+        if c.exactly_once and c.transaction_boundary == "poll":
+            return True
+        interval_ms = c.transaction_boundary_interval_ms if c.exactly_once else c.offset_flush_interval_ms
+        return self._due("commit", time.monotonic(), interval_ms / 1000)
 
     def _due(self, what: str, now_s: float, interval_s: float | None) -> bool:
         if interval_s is None or now_s < self.due_s[what]:

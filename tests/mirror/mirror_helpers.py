@@ -77,7 +77,7 @@ def read_topic(bootstrap: str, topic: str, read_committed: bool = False, timeout
     metadata = admin.list_topics(topic, timeout=10)
     partitions = sorted(metadata.topics[topic].partitions) if metadata.topics[topic].error is None else []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kspec-test-reader", "enable.auto.commit": False,
-                         "enable.partition.eof": True,
+                         "enable.partition.eof": True, "fetch.wait.max.ms": 20,
                          "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])

@@ -1,0 +1,106 @@
+"""`kspec mirror` killed with -9 in the middle of a stream and started again: at least once it
+loses nothing (MIR-1); with exactly.once.support=enabled it also duplicates nothing (MIR-2)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mirror_helpers import DEADLINE_S, MirrorProcess, read_topic, topic_exists, wait_for, write_properties
+
+RECORDS = 6000
+PARTITIONS = 2
+KILL_AFTER_RECORDS = 1000  # copies in the target before the kill
+PACE_RECORDS, PACE_S = 50, 0.02
+
+
+def produce_in_background(bootstrap: str, topic: str, killed: threading.Event, done: threading.Event):
+    """An idempotent producer sending `RECORDS` numbered records a few at a time, so the mirror
+    is copying while it is killed; the second half waits for the kill."""
+    def run() -> None:
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+        for i in range(RECORDS):
+            if i == RECORDS // 2:
+                killed.wait(DEADLINE_S)
+            producer.produce(topic, str(i).encode(), partition=i % PARTITIONS)
+            if i % PACE_RECORDS == PACE_RECORDS - 1:
+                producer.flush(30)
+                time.sleep(PACE_S)
+        assert producer.flush(30) == 0
+        done.set()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """The sum of the topic's partitions' end offsets (0 before it exists)."""
+    if not topic_exists(bootstrap, topic):
+        return 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kspec-test-ends"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
+    finally:
+        consumer.close()
+
+
+def copies(target: str, remote: str, read_committed: bool) -> list[tuple[int, int]]:
+    if not topic_exists(target, remote):
+        return []
+    return [(m.partition(), int(m.value())) for m in read_topic(target, remote, read_committed)]
+
+
+def run_with_a_kill(clusters, tmp_path, source_alias: str, target_alias: str, exactly_once: bool):
+    source, target = clusters
+    topic = f"stream-{source_alias}"
+    admin = AdminClient({"bootstrap.servers": source})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
+    settings = {"topics": topic, "offset.flush.interval.ms": "200", "emit.checkpoints.enabled": "false",
+                "refresh.topics.interval.seconds": "1"}
+    if exactly_once:  # long transactions: the kill lands in an open one
+        settings.update({"exactly.once.support": "enabled", "transaction.boundary": "interval",
+                         "transaction.boundary.interval.ms": "500"})
+    properties = write_properties(tmp_path / "mm2.properties", source_alias, target_alias, source, target, **settings)
+    remote = f"{source_alias}.{topic}"
+    killed, produced = threading.Event(), threading.Event()
+    with MirrorProcess(properties) as mirror:
+        wait_for(lambda: topic_exists(target, remote), "the mirror to create its remote topic", mirror=mirror)
+        producer = produce_in_background(source, topic, killed, produced)
+        wait_for(lambda: end_offsets(target, remote) >= KILL_AFTER_RECORDS,
+                 f"{KILL_AFTER_RECORDS} copies before the kill", mirror=mirror)
+        mirror.kill()
+    killed.set()
+    with MirrorProcess(properties) as mirror:
+        wait_for(produced.is_set, "the producer to finish")
+        wait_for(lambda: len({n for _, n in copies(target, remote, exactly_once)}) == RECORDS,
+                 "every record in the target after the restart", mirror=mirror)
+        assert mirror.stop() == 0
+    producer.join(10)
+    return copies(target, remote, exactly_once)
+
+
+def first_appearances_in_order(records: list[tuple[int, int]]) -> None:
+    for partition in range(PARTITIONS):
+        seen, order = set(), []
+        for p, n in records:
+            if p == partition and n not in seen:
+                seen.add(n)
+                order.append(n)
+        assert order == list(range(partition, RECORDS, PARTITIONS)), f"partition {partition} out of source order"
+
+
+@pytest.mark.guarantee("MIR-1")
+def test_kill_9_mid_stream_loses_nothing_at_least_once(clusters, tmp_path):
+    records = run_with_a_kill(clusters, tmp_path, "alo", "alotarget", exactly_once=False)
+    assert {n for _, n in records} == set(range(RECORDS))
+    first_appearances_in_order(records)
+
+
+@pytest.mark.guarantee("MIR-1", "MIR-2")
+def test_kill_9_mid_stream_neither_loses_nor_duplicates_exactly_once(clusters, tmp_path):
+    records = run_with_a_kill(clusters, tmp_path, "eos", "eostarget", exactly_once=True)
+    for partition in range(PARTITIONS):
+        assert [n for p, n in records if p == partition] == list(range(partition, RECORDS, PARTITIONS))
