@@ -21,7 +21,7 @@ REQUEST_TIMEOUT_S = 30.0
 READ_TO_END_TIMEOUT_S = 60.0
 BACKOFF_S_MIN = 0.5
 BACKOFF_S_MAX = 30.0
-METADATA_ATTEMPT_S = 5.0
+METADATA_ATTEMPT_S = 2.0
 READ_FETCH_WAIT_MS = 20  # reading to the end: an empty fetch should not wait long for data
 
 
