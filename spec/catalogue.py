@@ -60,6 +60,13 @@ _GUARANTEES = (
               ("log: log start <= high watermark <= log end", "log: log start and high watermark only grow")),
     Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
                        "stored data is untouched", "always"),
+    Guarantee("MIR-1", "every record committed in a mirrored source partition appears in its remote partition, "
+                       "in source order", "mirror running, source retention not outrun",
+              ("mirror: copies in source order", "mirror: progress only past copied records")),
+    Guarantee("MIR-2", "with exactly-once mirroring no source record appears twice in the target",
+              "exactly.once.support=enabled", ("mirror: no record copied twice",)),
+    Guarantee("MIR-3", "a translated group offset never points past a record the group had not consumed in the source",
+              "checkpoints on", ("mirror: checkpoint never past an unconsumed record",)),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}

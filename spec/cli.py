@@ -16,11 +16,12 @@ from spec.explorer import Exploration, explore as explore_model
 from spec.models.group import GroupConfig, GroupModel
 from spec.models.idempotence import IdempotenceConfig, IdempotenceModel
 from spec.models.log import LogConfig, LogModel
+from spec.models.mirror import MIRROR_BUGS, MirrorConfig, MirrorModel
 from spec.models.replication import ACKS, TRUNCATION_RULES, ReplicationConfig, ReplicationModel
 from spec.models.transactions import TRANSACTION_BUGS, TransactionsConfig, TransactionsModel
 from spec.simulator import simulate as simulate_model
 
-MODELS = ("log", "replication", "group", "idempotence", "transactions")
+MODELS = ("log", "replication", "group", "idempotence", "transactions", "mirror")
 
 
 class ArgumentError(click.ClickException):
@@ -38,8 +39,15 @@ class OneLineErrors(click.Command):
 
 
 def build_model(model: str, replicas: int, records: int, truncation: str, max_epochs: int, crashes: int,
-                acks: str, min_insync_replicas: int, unclean: bool, bug: tuple[str, ...]):
+                acks: str, min_insync_replicas: int, unclean: bool, bug: tuple[str, ...], at_least_once: bool):
     """The model named on the command line; ValueError says which argument is out of range."""
+    owner = "mirror" if model == "mirror" else "transactions"
+    foreign = [name for name in bug if name not in (MIRROR_BUGS if owner == "mirror" else TRANSACTION_BUGS)]
+    if foreign:
+        raise ValueError(f"--bug {foreign[0]} does not apply to the {model} model")
+    if model == "mirror":
+        return MirrorModel(MirrorConfig(records=records, crashes=crashes, exactly_once=not at_least_once,
+                                        **{name.replace("-", "_"): True for name in bug}))
     if model == "replication":
         return ReplicationModel(ReplicationConfig(
             replicas=replicas, records=records, max_epochs=max_epochs, truncation=truncation, acks=acks,
@@ -66,12 +74,14 @@ def model_options(command):
                      help="the follower truncation rule (replication)"),
         click.option("--max-epochs", type=int, default=3, show_default=True,
                      help="leader epochs (replication) or generations (group)"),
-        click.option("--crashes", type=int, default=0, show_default=True, help="broker crashes allowed (replication)"),
+        click.option("--crashes", type=int, default=0, show_default=True,
+                     help="broker crashes allowed (replication) or mirror crashes (mirror)"),
         click.option("--acks", type=click.Choice(ACKS), default="all", show_default=True),
         click.option("--min-insync-replicas", type=int, default=1, show_default=True),
         click.option("--unclean", is_flag=True, help="allow unclean leader election (replication)"),
-        click.option("--bug", type=click.Choice(TRANSACTION_BUGS), multiple=True,
-                     help="re-create a historical bug (transactions; repeatable)"),
+        click.option("--bug", type=click.Choice(TRANSACTION_BUGS + MIRROR_BUGS), multiple=True,
+                     help="re-create a historical bug (transactions, mirror; repeatable)"),
+        click.option("--at-least-once", is_flag=True, help="the mirror without transactions (mirror)"),
     ]
     for option in reversed(options):
         command = option(command)

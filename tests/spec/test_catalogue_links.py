@@ -5,11 +5,12 @@ from spec.catalogue import CATALOGUE
 from spec.models.group import GroupConfig, GroupModel
 from spec.models.idempotence import IdempotenceConfig, IdempotenceModel
 from spec.models.log import LogConfig, LogModel
+from spec.models.mirror import MirrorConfig, MirrorModel
 from spec.models.replication import ReplicationConfig, ReplicationModel
 from spec.models.transactions import TransactionsConfig, TransactionsModel
 
 MODELS = [LogModel(LogConfig()), ReplicationModel(ReplicationConfig()), GroupModel(GroupConfig()),
-          IdempotenceModel(IdempotenceConfig()), TransactionsModel(TransactionsConfig())]
+          IdempotenceModel(IdempotenceConfig()), TransactionsModel(TransactionsConfig()), MirrorModel(MirrorConfig())]
 
 
 def test_catalogue_names_exactly_the_models_invariants():
