@@ -1,5 +1,6 @@
 """`kspec mirror mm2.properties` runs every enabled flow; `kspec mirror status mm2.properties`
-shows each flow's progress and checkpoints.
+shows each flow's progress and checkpoints; `kspec mirror record mm2.properties --out DIR`
+writes both clusters' records of each flow for `kspec check DIR`.
 
 As `connect-mirror-maker.sh mm2.properties [--clusters B ...]`: `--clusters` runs only the flows
 into the named target clusters. A bad file, an unknown alias, a regex that does not compile or
@@ -15,6 +16,7 @@ import sys
 import threading
 
 import click
+from confluent_kafka import KafkaException
 
 from kspec.ops.common import BadUsage, OpsCommand, OpsError, OpsGroup
 from mirror.clients import MirrorError
@@ -53,6 +55,7 @@ def mirror() -> None:
       kspec mirror mm2.properties
       kspec mirror mm2.properties --clusters B
       kspec mirror status mm2.properties
+      kspec mirror record mm2.properties --out run/ && kspec check run/
     """
 
 
@@ -110,3 +113,24 @@ def status(properties: str, clusters: tuple[str, ...]) -> None:
             show(config)
     except MirrorError as error:
         raise BadUsage(str(error)) from None
+
+
+@mirror.command(cls=OpsCommand)
+@click.argument("properties", metavar="MM2_PROPERTIES")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="folder for the history (one subfolder per flow when there are several)")
+@clusters_option
+def record(properties: str, out_dir: str, clusters: tuple[str, ...]) -> None:
+    """Record both clusters' records of each flow for `kspec check` (MIR-1, MIR-2)."""
+    from pathlib import Path
+
+    from mirror.history import record as record_flow
+
+    flows = _flows(properties, clusters)
+    for config in flows:
+        folder = Path(out_dir) / (config.name.replace("->", "-to-") if len(flows) > 1 else "")
+        try:
+            source_records, target_records = record_flow(config, folder)
+        except (MirrorError, KafkaException) as error:
+            raise OpsError(f"flow {config.name}: cannot record: {error}") from None
+        click.echo(f"flow {config.name}: {source_records} source records, {target_records} copies in {folder}")

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from spark_validation.checker import CHECKS, HistoryError, resolve_history, run_checks, write_result
+from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.session import DEFAULT_MASTER, spark_session
 
 EXIT_VALID, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
@@ -36,6 +37,8 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
     if unknown or not chosen:
         _bad_input(f"unknown check(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CHECKS)}")
     out_dir = out_dir or _default_out(history)
+    if is_mirror_history(history):  # `kspec mirror record`: both clusters of one flow
+        sys.exit(check_mirror_history(history, spark_session(master), out_dir, json_path))
     with tempfile.TemporaryDirectory(prefix="kspec-import-") as work_dir:
         try:
             parquet_path, options = resolve_history(history, Path(work_dir))

@@ -2,14 +2,18 @@
 loses nothing (MIR-1); with exactly.once.support=enabled it also duplicates nothing (MIR-2)."""
 from __future__ import annotations
 
+import shutil
 import threading
 import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from mirror_helpers import DEADLINE_S, MirrorProcess, read_topic, topic_exists, wait_for, write_properties
+from mirror_helpers import DEADLINE_S, MirrorProcess, kspec, read_topic, topic_exists, wait_for, write_properties
 
 RECORDS = 6000
 PARTITIONS = 2
@@ -92,15 +96,76 @@ def first_appearances_in_order(records: list[tuple[int, int]]) -> None:
         assert order == list(range(partition, RECORDS, PARTITIONS)), f"partition {partition} out of source order"
 
 
+@pytest.fixture(scope="module")
+def at_least_once_run(clusters, tmp_path_factory):
+    return run_with_a_kill(clusters, tmp_path_factory.mktemp("alo"), "alo", "alotarget", exactly_once=False)
+
+
+@pytest.fixture(scope="module")
+def exactly_once_run(clusters, tmp_path_factory):
+    """The copies after a run with a kill, and the history `kspec mirror record` wrote of it."""
+    folder = tmp_path_factory.mktemp("eos")
+    records = run_with_a_kill(clusters, folder, "eos", "eostarget", exactly_once=True)
+    recorded = kspec("mirror", "record", str(folder / "mm2.properties"), "--out", str(folder / "history"))
+    assert recorded.returncode == 0, recorded.stderr
+    return records, folder / "history"
+
+
 @pytest.mark.guarantee("MIR-1")
-def test_kill_9_mid_stream_loses_nothing_at_least_once(clusters, tmp_path):
-    records = run_with_a_kill(clusters, tmp_path, "alo", "alotarget", exactly_once=False)
+def test_kill_9_mid_stream_loses_nothing_at_least_once(at_least_once_run):
+    records = at_least_once_run
     assert {n for _, n in records} == set(range(RECORDS))
     first_appearances_in_order(records)
 
 
 @pytest.mark.guarantee("MIR-1", "MIR-2")
-def test_kill_9_mid_stream_neither_loses_nor_duplicates_exactly_once(clusters, tmp_path):
-    records = run_with_a_kill(clusters, tmp_path, "eos", "eostarget", exactly_once=True)
+def test_kill_9_mid_stream_neither_loses_nor_duplicates_exactly_once(exactly_once_run):
+    records, _ = exactly_once_run
     for partition in range(PARTITIONS):
         assert [n for p, n in records if p == partition] == list(range(partition, RECORDS, PARTITIONS))
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    from spark_validation.session import spark_session
+    running = SparkSession.getActiveSession()
+    session = spark_session("local[2]", "kspec-mirror-tests")
+    yield session
+    if running is None:
+        session.stop()
+
+
+@pytest.mark.guarantee("MIR-1", "MIR-2")
+def test_spark_check_of_the_recorded_history(spark, exactly_once_run, tmp_path):
+    from spark_validation.mirror import check_mirror
+
+    history = exactly_once_run[1]
+    _, verdict = check_mirror(spark, history)
+    assert verdict["valid"] and verdict["records"] == {"source": RECORDS, "target": RECORDS}
+    assert verdict["guarantees"] == {"MIR-1": {"status": "held"}, "MIR-2": {"status": "held"}}
+
+    # The same history with one copy gone, one copied twice and two first copies swapped.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(history, tampered)
+    target = pq.read_table(tampered / "mirror-target.parquet").to_pylist()
+    partition_0 = [i for i, row in enumerate(target) if row["partition"] == 0]
+    lost, twice, (first, second) = partition_0[10], partition_0[20], partition_0[30:32]
+    target[first]["value"], target[second]["value"] = target[second]["value"], target[first]["value"]
+    target.append(dict(target[twice], offset=10**6))
+    del target[lost]
+    pq.write_table(pa.Table.from_pylist(target), tampered / "mirror-target.parquet")
+    anomalies, verdict = check_mirror(spark, tampered)
+    assert verdict["guarantees"] == {"MIR-1": {"status": "violated"}, "MIR-2": {"status": "violated"}}
+    found = {row["anomaly"]: row for row in anomalies.to_pylist()}
+    assert set(found) == {"mirror-lost", "mirror-duplicate", "mirror-reorder"}
+    assert found["mirror-lost"]["values"] == [20] and found["mirror-duplicate"]["values"] == [40]
+    assert found["mirror-reorder"]["values"] == [62] and found["mirror-reorder"]["guarantee"] == "MIR-1"
+
+    # Recorded as at least once, the duplicate is allowed; the loss and the reordering are not.
+    (tampered / "mirror.json").write_text((tampered / "mirror.json").read_text().replace("true", "false"))
+    anomalies, verdict = check_mirror(spark, tampered)
+    assert verdict["guarantees"]["MIR-1"]["status"] == "violated"
+    assert verdict["guarantees"]["MIR-2"]["status"] == "not checked"
+    assert {r["anomaly"]: r["violation"] for r in anomalies.to_pylist()}["mirror-duplicate"] is False

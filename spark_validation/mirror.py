@@ -1,0 +1,92 @@
+"""Check a mirror's history (mirror/history.py: both clusters' records) with Spark: MIR-1 and MIR-2.
+
+- mirror-lost (MIR-1): a source record with no copy in its remote partition.
+- mirror-reorder (MIR-1): the first copies in a remote partition are not in source order: a
+  record's first copy lies before the first copy of a record before it in the source.
+- mirror-duplicate (MIR-2): a source record copied more than once; a violation only when the
+  flow ran exactly once (at least once, duplicates are allowed and reported for the record).
+
+One row per (anomaly, topic, partition), listing up to EVIDENCE_VALUES_MAX values and their
+source offsets. `kspec check FOLDER` runs this when FOLDER holds mirror.json, and writes
+anomalies.parquet and verdict.json as for client histories.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+
+from mirror.history import MIRROR_FILE, SOURCE_FILE, TARGET_FILE
+from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, anomaly_row
+
+EVIDENCE_VALUES_MAX = 1024
+GUARANTEES = ("MIR-1", "MIR-2")
+ANOMALIES = ("mirror-lost", "mirror-reorder", "mirror-duplicate")
+
+
+def is_mirror_history(path: Path) -> bool:
+    return path.is_dir() and (path / MIRROR_FILE).exists()
+
+
+def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
+    """(anomalies as ANOMALY_SCHEMA, verdict) for one recorded flow."""
+    flow = json.loads((history / MIRROR_FILE).read_text())
+    source = spark.read.parquet(str(history / SOURCE_FILE))
+    target = spark.read.parquet(str(history / TARGET_FILE))
+    copies = (target.groupBy(F.col("source_topic").alias("topic"), "partition", "value")
+              .agg(F.min("offset").alias("first_copy"), F.count("*").alias("copies")))
+    earlier = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
+    joined = (source.join(copies, ["topic", "partition", "value"], "left")
+              .withColumn("latest_earlier_copy", F.max("first_copy").over(earlier)))
+    flags = F.array_compact(F.array(
+        F.when(F.col("first_copy").isNull(), F.lit("mirror-lost")),
+        F.when(F.col("first_copy") < F.col("latest_earlier_copy"), F.lit("mirror-reorder")),
+        F.when(F.col("copies") > 1, F.lit("mirror-duplicate"))))
+    found = (joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
+             .groupBy("anomaly", "topic", "partition")
+             .agg(F.count("*").alias("n"),
+                  F.slice(F.sort_array(F.collect_list(F.struct("offset", "value"))), 1,
+                          EVIDENCE_VALUES_MAX).alias("evidence"))
+             .orderBy("anomaly", "topic", "partition").collect())  # one Spark job for every finding
+    rows = []
+    for r in found:
+        rows.append({**anomaly_row(
+            r.anomaly, f"{r.n} record(s) of {r.topic}-{r.partition}: {ANOMALY_KINDS[r.anomaly].definition}",
+            violation=r.anomaly != "mirror-duplicate" or flow["exactly_once"], topic=r.topic, partition=r.partition,
+            values=[e.value for e in r.evidence], offsets=[e.offset for e in r.evidence]),
+            "guarantee": ANOMALY_KINDS[r.anomaly].guarantee_id})
+    anomalies = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
+    violated = {row["guarantee"] for row in rows if row["violation"]}
+    checked = GUARANTEES if flow["exactly_once"] else ("MIR-1",)
+    verdict = {
+        "valid": not violated, "flow": f"{flow['source']}->{flow['target']}",
+        "records": {name: pq.ParquetFile(history / file).metadata.num_rows
+                    for name, file in (("source", SOURCE_FILE), ("target", TARGET_FILE))},
+        "anomalies": {a: sum(1 for r in rows if r["anomaly"] == a) for a in ANOMALIES},
+        "guarantees": {g: {"status": "violated" if g in violated else "held" if g in checked else "not checked"}
+                       for g in GUARANTEES},
+    }
+    return anomalies, verdict
+
+
+def check_mirror_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
+    """`kspec check` on a mirror history: print the findings, write them, exit status 0 or 1."""
+    anomalies, verdict = check_mirror(spark, history)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(anomalies, out_dir / "anomalies.parquet")
+    for path in (out_dir / "verdict.json", json_path):
+        if path is not None:
+            path.write_text(json.dumps(verdict, indent=2) + "\n")
+    violating = set(anomalies.filter(anomalies["violation"]).column("anomaly").to_pylist())
+    for anomaly, n in verdict["anomalies"].items():
+        click.echo(f"  {anomaly:24} {n:8d}  {'VIOLATION' if anomaly in violating else 'allowed' if n else ''}")
+    click.echo(f"flow {verdict['flow']}: {verdict['records']['source']} source records, "
+               f"{verdict['records']['target']} copies; "
+               + ", ".join(f"{g} {e['status']}" for g, e in verdict["guarantees"].items()))
+    click.echo(f"{'VALID' if verdict['valid'] else 'INVALID'}: results in {out_dir}")
+    return 0 if verdict["valid"] else 1
