@@ -15,7 +15,7 @@ problem is a ConfigError whose message is one line naming the key and how to men
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mirror.policy import POLICIES, ReplicationPolicy
 
@@ -36,7 +36,6 @@ DEFAULTS = {
                                   r"unclean\.leader\.election\.enable, min\.insync\.replicas"),
     "refresh.topics.enabled": "true",
     "refresh.topics.interval.seconds": "600",
-    "refresh.groups.interval.seconds": "600",
     "emit.checkpoints.enabled": "true",
     "emit.checkpoints.interval.seconds": "60",
     "sync.group.offsets.enabled": "false",
@@ -138,7 +137,6 @@ class FlowConfig:
     exactly_once: bool
     transaction_boundary: str          # KIP-618: a transaction per poll, or per interval
     transaction_boundary_interval_ms: int
-    settings: dict[str, str] = field(default_factory=dict, compare=False)  # every resolved key, for status
 
     @property
     def name(self) -> str:
@@ -259,7 +257,6 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
     boundary = get("transaction.boundary")
     if boundary not in TRANSACTION_BOUNDARIES:
         raise ConfigError(f"{flow_key('transaction.boundary')}: {boundary!r} is not one of {', '.join(TRANSACTION_BOUNDARIES)}")
-    resolved = {key: get(key) for key in DEFAULTS}
     return FlowConfig(
         source=source, target=target,
         source_clients=_clients(properties, source), target_clients=_clients(properties, target),
@@ -292,7 +289,6 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         transaction_boundary_interval_ms=(integer("transaction.boundary.interval.ms", 1)
                                           if get("transaction.boundary.interval.ms") else
                                           integer("offset.flush.interval.ms", 1)),
-        settings=resolved,
     )
 
 

@@ -49,9 +49,6 @@ _KINDS = (
     AnomalyKind("G-single-realtime", None, "as G-single, closed by real-time order"),
     AnomalyKind("G2", None, "a dependency cycle with two or more read-write edges"),
     AnomalyKind("G2-realtime", None, "as G2, closed by real-time order"),
-    AnomalyKind("mirror-lost", "MIR-1", "a source record has no copy in its remote partition"),
-    AnomalyKind("mirror-reorder", "MIR-1", "a record's first copy lies before the first copy of an earlier record"),
-    AnomalyKind("mirror-duplicate", "MIR-2", "a source record was copied more than once"),
 )
 ANOMALY_KINDS: dict[str, AnomalyKind] = {k.name: k for k in _KINDS}
 assert all(guarantee(k.guarantee_id) for k in _KINDS if k.guarantee_id)

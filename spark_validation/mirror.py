@@ -22,11 +22,16 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 from mirror.history import MIRROR_FILE, SOURCE_FILE, TARGET_FILE
-from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, anomaly_row
+from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
 
 EVIDENCE_VALUES_MAX = 1024
 GUARANTEES = ("MIR-1", "MIR-2")
-ANOMALIES = ("mirror-lost", "mirror-reorder", "mirror-duplicate")
+# Kept apart from anomalies.ANOMALY_KINDS: a client history's verdict must not list MIR-* as held.
+MIRROR_KINDS = {k.name: k for k in (
+    AnomalyKind("mirror-lost", "MIR-1", "a source record has no copy in its remote partition"),
+    AnomalyKind("mirror-reorder", "MIR-1", "a record's first copy lies before the first copy of an earlier record"),
+    AnomalyKind("mirror-duplicate", "MIR-2", "a source record was copied more than once"),
+)}
 
 
 def is_mirror_history(path: Path) -> bool:
@@ -53,13 +58,12 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
                   F.slice(F.sort_array(F.collect_list(F.struct("offset", "value"))), 1,
                           EVIDENCE_VALUES_MAX).alias("evidence"))
              .orderBy("anomaly", "topic", "partition").collect())  # one Spark job for every finding
-    rows = []
-    for r in found:
-        rows.append({**anomaly_row(
-            r.anomaly, f"{r.n} record(s) of {r.topic}-{r.partition}: {ANOMALY_KINDS[r.anomaly].definition}",
-            violation=r.anomaly != "mirror-duplicate" or flow["exactly_once"], topic=r.topic, partition=r.partition,
-            values=[e.value for e in r.evidence], offsets=[e.offset for e in r.evidence]),
-            "guarantee": ANOMALY_KINDS[r.anomaly].guarantee_id})
+    rows = [{"anomaly": r.anomaly, "guarantee": MIRROR_KINDS[r.anomaly].guarantee_id,
+             "violation": r.anomaly != "mirror-duplicate" or flow["exactly_once"], "topic": r.topic,
+             "partition": r.partition, "process": None, "ops": None,
+             "values": [e.value for e in r.evidence], "offsets": [e.offset for e in r.evidence], "delta": None,
+             "detail": f"{r.n} record(s) of {r.topic}-{r.partition}: {MIRROR_KINDS[r.anomaly].definition}"}
+            for r in found]
     anomalies = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     violated = {row["guarantee"] for row in rows if row["violation"]}
     checked = GUARANTEES if flow["exactly_once"] else ("MIR-1",)
@@ -67,7 +71,7 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
         "valid": not violated, "flow": f"{flow['source']}->{flow['target']}",
         "records": {name: pq.ParquetFile(history / file).metadata.num_rows
                     for name, file in (("source", SOURCE_FILE), ("target", TARGET_FILE))},
-        "anomalies": {a: sum(1 for r in rows if r["anomaly"] == a) for a in ANOMALIES},
+        "anomalies": {a: sum(1 for r in rows if r["anomaly"] == a) for a in MIRROR_KINDS},
         "guarantees": {g: {"status": "violated" if g in violated else "held" if g in checked else "not checked"}
                        for g in GUARANTEES},
     }

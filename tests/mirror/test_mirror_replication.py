@@ -113,7 +113,9 @@ def test_a_group_moves_to_the_target_and_continues_without_gaps(clusters, tmp_pa
     with MirrorProcess(properties) as mirror:
         offset = wait_for(translated_offset, "billing's offset in south", mirror=mirror)
         checkpoints = [Checkpoint.decode(m.key(), m.value()) for m in read_topic(target, "north.checkpoints.internal")]
+        status = kspec("mirror", "status", properties)
         assert mirror.stop() == 0
+    assert ["billing", "north.payments", "0", "37", str(offset)] in [line.split() for line in status.stdout.splitlines()]
     assert Checkpoint("billing", "north.payments", 0, 37, offset) in checkpoints
     # The same group on the target continues: nothing after what it consumed is skipped, and what
     # it re-reads is within the documented window (offset.lag.max, here the first record's sync).
