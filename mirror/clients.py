@@ -53,14 +53,28 @@ class ConnectionLog:
             self.down = False
 
 
+CLIENT_CLASSES = {"producer": Producer, "consumer": Consumer, "admin": AdminClient}
+
+
 def build(kind: str, configs: dict[str, dict[str, str]], connection: ConnectionLog, **settings):
-    """A producer, consumer or admin client of one cluster; an unknown client key is a MirrorError."""
+    """A producer, consumer or admin client of one cluster; a key librdkafka refuses is a MirrorError."""
     config = {**configs[kind], "error_cb": connection, "logger": quiet_logger(), **settings}
     try:
-        return {"producer": Producer, "consumer": Consumer, "admin": AdminClient}[kind](config)
+        return CLIENT_CLASSES[kind](config)
     except KafkaException as error:
-        raise MirrorError(f"cluster {connection.alias}: {error.args[0].str()}; "
-                          f"fix or remove that key under `{connection.alias}.` in mm2.properties") from None
+        key = _refused_key(kind, configs[kind])
+        raise MirrorError(f"cluster {connection.alias}: {error.args[0].str()}"
+                          + (f"; fix or remove `{connection.alias}.{key}` in mm2.properties" if key else "")) from None
+
+
+def _refused_key(kind: str, config: dict[str, str]) -> str | None:
+    """The first of the file's keys librdkafka refuses on its own (librdkafka's message may not name it)."""
+    for key, value in config.items():
+        try:
+            CLIENT_CLASSES[kind]({key: value, "group.id": "probe", "logger": quiet_logger()})
+        except KafkaException:
+            return key
+    return None
 
 
 def wait_reachable(admin: AdminClient, connection: ConnectionLog, stopping: threading.Event):

@@ -43,6 +43,14 @@ def test_unknown_cluster_in_clusters_option_and_missing_file(tmp_path):
     assert "cannot read" in one_error_line(kspec("mirror", str(tmp_path / "missing.properties")))
 
 
+def test_a_client_key_librdkafka_does_not_know_is_one_line_and_exit_2(tmp_path):
+    properties = write_properties(tmp_path / "mm2.properties", "A", "B", "127.0.0.1:1", "127.0.0.1:2",
+                                  **{"B.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule"})
+    line = one_error_line(kspec("mirror", properties))
+    assert line.startswith("Error: cluster B: Java JAAS configuration is not supported")
+    assert line.endswith("fix or remove `B.sasl.jaas.config` in mm2.properties")
+
+
 def test_the_target_refusing_topic_creation_is_one_line_and_exit_2(clusters, tmp_path):
     source, target = clusters
     properties = write_properties(tmp_path / "mm2.properties", "refusing", "refuser", source, target,
