@@ -37,10 +37,13 @@ def test_a_bad_config_is_one_line_and_exit_2(tmp_path, extra, says):
 
 def test_unknown_cluster_in_clusters_option_and_missing_file(tmp_path):
     properties = write_properties(tmp_path / "mm2.properties", "A", "B", "127.0.0.1:1", "127.0.0.1:2")
-    assert "--clusters: unknown cluster alias 'C'" in one_error_line(kspec("mirror", properties, "--clusters", "C"))
+    runner = CliRunner()
+    assert "--clusters: unknown cluster alias 'C'" in one_error_line(
+        runner.invoke(main, ["mirror", properties, "--clusters", "C"]))
+    assert "cannot read" in one_error_line(runner.invoke(main, ["mirror", "record", "missing.properties", "--out", "x"]))
+    # and once as a process, as a script runs it
     assert "--clusters: unknown cluster alias 'C'" in one_error_line(
         kspec("mirror", "status", properties, "--clusters", "C"))
-    assert "cannot read" in one_error_line(kspec("mirror", str(tmp_path / "missing.properties")))
 
 
 def test_a_client_key_librdkafka_does_not_know_is_one_line_and_exit_2(tmp_path):
