@@ -40,8 +40,8 @@ from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build
                             read_to_end, wait_reachable)
 from mirror.config import FlowConfig
 from mirror.offsets import SyncStore, SyncWriter
-from mirror.records import Checkpoint, Heartbeat, OffsetSync, decode_progress, progress_key, progress_value
 from mirror.policy import HEARTBEATS_TOPIC
+from mirror.records import Checkpoint, Heartbeat, OffsetSync, decode_progress, progress_key, progress_value
 
 log = logging.getLogger("mirror")
 

@@ -4,7 +4,7 @@ checkpoints, group offsets that let a group move over, and `kspec mirror status`
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
 from mirror.records import Checkpoint, Heartbeat, OffsetSync
@@ -106,7 +106,7 @@ def test_a_group_moves_to_the_target_and_continues_without_gaps(clusters, tmp_pa
     def translated_offset():
         if not topic_exists(target, "north.payments"):
             return None
-        answer = admin.list_consumer_group_offsets([_group("billing")])["billing"].result()
+        answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("billing")])["billing"].result()
         return next((tp.offset for tp in answer.topic_partitions if tp.topic == "north.payments" and tp.offset >= 0),
                     None)
 
@@ -132,7 +132,3 @@ def test_a_group_moves_to_the_target_and_continues_without_gaps(clusters, tmp_pa
     assert numbers[0] <= 37 and 37 - numbers[0] <= 100
     assert numbers[numbers.index(37):] == list(range(37, 37 + len(numbers) - numbers.index(37)))
 
-
-def _group(name: str):
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    return ConsumerGroupTopicPartitions(name)
