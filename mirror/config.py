@@ -31,6 +31,7 @@ DEFAULTS = {
     "replication.policy.separator": ".",
     "replication.factor": "2",
     "sync.topic.configs.enabled": "true",
+    "sync.topic.configs.interval.seconds": "600",
     "config.properties.exclude": (r"follower\.replication\.throttled\.replicas, leader\.replication\.throttled\.replicas, "
                                   r"message\.timestamp\.difference\.max\.ms, message\.timestamp\.type, "
                                   r"unclean\.leader\.election\.enable, min\.insync\.replicas"),
@@ -123,6 +124,7 @@ class FlowConfig:
     internal_replication_factor: dict[str, int]  # "offset-syncs" / "checkpoints" / "heartbeats" / "offset.storage"
     offset_storage_partitions: int
     sync_topic_configs: bool
+    sync_topic_configs_interval_s: float
     refresh_topics: bool
     refresh_topics_interval_s: float
     emit_checkpoints: bool
@@ -272,6 +274,7 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
             for name in ("offset-syncs.topic", "checkpoints.topic", "heartbeats.topic", "offset.storage")},
         offset_storage_partitions=integer("offset.storage.partitions", 1),
         sync_topic_configs=boolean("sync.topic.configs.enabled"),
+        sync_topic_configs_interval_s=seconds("sync.topic.configs.interval.seconds"),
         refresh_topics=boolean("refresh.topics.enabled"),
         refresh_topics_interval_s=seconds("refresh.topics.interval.seconds"),
         emit_checkpoints=boolean("emit.checkpoints.enabled"),

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, ConsumerGroupState,
                              ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition)
-from confluent_kafka.admin import ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic,
+                                  ResourceType)
 
 from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, partition_count,
                             read_to_end, wait_reachable)
@@ -81,7 +82,7 @@ class Flow:
         self.inactive_groups_warned: set[str] = set()
         self.batch = Batch()
         self.copied_total = 0
-        self.due_s = {"refresh": 0.0, "heartbeat": 0.0, "checkpoint": 0.0, "group-sync": 0.0,
+        self.due_s = {"refresh": 0.0, "config-sync": 0.0, "heartbeat": 0.0, "checkpoint": 0.0, "group-sync": 0.0,
                       "commit": 0.0}
 
     # ---- start ---------------------------------------------------------------------------
@@ -158,6 +159,8 @@ class Flow:
                 now_s = time.monotonic()
                 if self._due("refresh", now_s, c.refresh_topics_interval_s if c.refresh_topics else None):
                     self._refresh_topics()
+                if self._due("config-sync", now_s, c.sync_topic_configs_interval_s if c.sync_topic_configs else None):
+                    self._sync_topic_configs()
                 try:
                     self._copy_one_poll()
                     if self._commit_due():
@@ -265,6 +268,25 @@ class Flow:
                 if entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
                 and entry.value is not None
                 and not c.config_properties_exclude.fullmatch(name)}
+
+    def _sync_topic_configs(self) -> None:
+        """Set on each remote topic the source's configs that differ (MirrorSourceConnector's
+        periodic config sync; keys the source does not set are left to the target)."""
+        c = self.config
+        for topic in sorted({topic for topic, _ in self.assigned}):
+            remote = ConfigResource(ResourceType.TOPIC, self.policy.format_remote_topic(c.source, topic))
+            try:
+                current = self.target_admin.describe_configs([remote], request_timeout=REQUEST_TIMEOUT_S)[remote].result()
+                changes = [ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+                           for name, value in sorted(self._topic_configs(topic).items())
+                           if name not in current or current[name].value != value]
+                if changes:
+                    remote.incremental_configs = changes
+                    self.target_admin.incremental_alter_configs([remote], request_timeout=REQUEST_TIMEOUT_S)[remote].result()
+                    log.info("flow %s: synced %s of %s", c.name, ", ".join(e.name for e in changes), remote.name)
+            except KafkaException as error:
+                log.warning("flow %s: cannot sync the configs of %s (%s); trying again at the next interval",
+                            c.name, remote.name, error.args[0].str())
 
     def _start_offset(self, topic: str, partition: int) -> int:
         last = self.progress.get((topic, partition))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
+                                  ResourceType)
 
 from mirror.records import Checkpoint, Heartbeat, OffsetSync
 
@@ -35,7 +36,8 @@ def test_records_reach_the_remote_topic_in_order_with_keys_headers_and_timestamp
     produce(source, "orders", range(RECORDS), 2)
     properties = write_properties(tmp_path / "mm2.properties", "east", "west", source, target, **{
         "topics": "orders, invoices.*", "refresh.topics.interval.seconds": "1", "offset.lag.max": "10",
-        "offset.flush.interval.ms": "300", "emit.heartbeats.interval.seconds": "1"})
+        "offset.flush.interval.ms": "300", "emit.heartbeats.interval.seconds": "1",
+        "sync.topic.configs.interval.seconds": "1"})
     with MirrorProcess(properties) as mirror:
         wait_for(lambda: topic_exists(target, "east.orders")
                  and len(read_topic(target, "east.orders")) == RECORDS, "200 records in east.orders", mirror=mirror)
@@ -46,6 +48,15 @@ def test_records_reach_the_remote_topic_in_order_with_keys_headers_and_timestamp
         produce(source, "orders", range(RECORDS, RECORDS + 30), 3)
         produce(source, "invoices-1", range(5), 1)
         create(source, "not-mirrored", 1)
+        target_admin = AdminClient({"bootstrap.servers": target})
+        remote = ConfigResource(ResourceType.TOPIC, "east.orders")
+        assert target_admin.describe_configs([remote])[remote].result()["retention.ms"].value == "86400000"
+        # A config changed in the source follows at the next config sync.
+        changed = ConfigResource(ResourceType.TOPIC, "orders", incremental_configs=[
+            ConfigEntry("retention.ms", "43200000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([changed])[changed].result()
+        wait_for(lambda: target_admin.describe_configs([remote])[remote].result()["retention.ms"].value == "43200000",
+                 "retention.ms synced to east.orders", mirror=mirror)
         wait_for(lambda: len(read_topic(target, "east.orders")) == RECORDS + 30, "records of the new partition",
                  mirror=mirror)
         wait_for(lambda: topic_exists(target, "east.invoices-1") and len(read_topic(target, "east.invoices-1")) == 5,
@@ -59,12 +70,11 @@ def test_records_reach_the_remote_topic_in_order_with_keys_headers_and_timestamp
     copies, originals = read_topic(target, "east.orders"), read_topic(source, "orders")
     assert [(m.partition(), m.key(), m.value(), m.headers(), m.timestamp()) for m in copies] == \
            [(m.partition(), m.key(), m.value(), m.headers(), m.timestamp()) for m in originals]
-    target_admin = AdminClient({"bootstrap.servers": target})
     metadata = target_admin.list_topics("east.orders", timeout=10)
     assert len(metadata.topics["east.orders"].partitions) == 3
     resource = ConfigResource(ResourceType.TOPIC, "east.orders")
     configs = target_admin.describe_configs([resource])[resource].result()
-    assert configs["retention.ms"].value == "86400000"      # synced
+    assert configs["retention.ms"].value == "43200000"      # synced at creation, then again
     assert configs["min.insync.replicas"].is_default          # config.properties.exclude
 
     syncs = [OffsetSync.decode(m.key(), m.value()) for m in read_topic(source, "mm2-offset-syncs.west.internal")]
