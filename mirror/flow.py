@@ -4,8 +4,8 @@ write offset syncs, emit checkpoints and heartbeats, and sync group offsets.
 What MM2 spreads over three connectors (MirrorSourceConnector, MirrorCheckpointConnector,
 MirrorHeartbeatConnector) on a Connect herder runs here as one loop on one thread:
 
-    refresh topics -> poll source -> copy into target -> commit progress -> offset syncs
-                   -> heartbeat, checkpoints, group offsets (each on its own interval)
+    refresh topics, sync topic configs -> poll source -> copy into target -> commit progress
+    -> offset syncs -> heartbeat, checkpoints, group offsets (each on its own interval)
 
 Progress is Connect's source offsets, kept in `mm2-offsets.<source>.internal` in the target:
 for each source partition the last offset copied; a restarted mirror continues after it.
