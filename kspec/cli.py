@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "groups": ("kspec.ops.groups:groups", "List, describe, reset and delete consumer groups."),
     "cluster": ("kspec.ops.cluster:cluster", "Cluster state: brokers, controller quorum, partitions."),
     "report": ("reports.cli:report", "Render a run folder as an HTML report with plots."),
+    "connect": ("connect.cli:connect", "A Kafka Connect worker (standalone or distributed) with its REST API."),
 }
 
 
