@@ -68,7 +68,10 @@ def _run(config: WorkerConfig, make_herder, connectors: list[dict[str, str]]) ->
             loop.add_signal_handler(signum, stopping.set)
         advertised_host = config.get("rest.advertised.host.name") or host or "127.0.0.1"
         rest = RestServer(None, host, port)
-        url = await rest.start()
+        try:
+            url = await rest.start()
+        except OSError as e:
+            _fail(f"cannot listen on {host or '0.0.0.0'}:{port} (listeners / rest.port): {e.strerror}")
         worker_id = f"{advertised_host}:{config.get('rest.advertised.port') or rest.port}"
         herder = await loop.run_in_executor(None, make_herder, plugins, worker_id,
                                             f"http://{worker_id}/")
