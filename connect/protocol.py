@@ -229,18 +229,22 @@ class IncrementalAssignor:
         else:
             self.delay_deadline_ms = None
         unassigned = sorted(configured_set - running - lost)
-        loads = {m: len(current[m]) for m in order}
-        for m, works in _round_robin(order, unassigned, loads).items():
-            current[m] |= works
-        # Balance: nobody above the ceiling of the fair share while someone is below its floor.
-        if not unassigned and not lost:
-            total = sum(len(works) for works in current.values())
-            ceiling = -(-total // len(order)) if order else 0
-            if any(len(current[m]) < total // len(order) for m in order):
+        # Connectors and tasks are dealt and balanced separately, as Connect does.
+        for is_connector in (True, False):
+            kind = lambda works: {w for w in works if (w.task == CONNECTOR_TASK) == is_connector}  # noqa: E731
+            loads = {m: len(kind(current[m])) for m in order}
+            for m, works in _round_robin(order, sorted(kind(unassigned)), loads).items():
+                current[m] |= works
+            # Balance: nobody above the ceiling of the fair share while someone is below its floor.
+            if unassigned or lost or not order:
+                continue
+            total = sum(loads.values())
+            floor, ceiling = total // len(order), -(-total // len(order))
+            if any(loads[m] < floor for m in order):
                 for m in order:
-                    excess = sorted(current[m], key=lambda w: (w.task != CONNECTOR_TASK, w))[ceiling:]
-                    revoked[m] |= set(excess)
-                    current[m] -= set(excess)
+                    excess = set(sorted(kind(current[m]))[ceiling:])
+                    revoked[m] |= excess
+                    current[m] -= excess
         self.previous = {m: frozenset(current[m]) for m in order}
         if delay_ms:  # remember whose work is held, to recognise it as lost in the next round
             self.previous.update({m: frozenset(w for w in works if w in lost)

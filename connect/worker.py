@@ -251,9 +251,10 @@ class WorkerSinkTask(_TaskThread):
         records, consumed = [], {}
         for message in messages:
             if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(message.error())
+                if message.error().fatal():
+                    raise KafkaException(message.error())
+                log.info("task %s: %s", self.id, message.error())  # e.g. a topic not created yet
+                continue
             topic = message.topic()
             key_schema, key = self.key_converter.to_connect_data(topic, message.key())
             value_schema, value = self.value_converter.to_connect_data(topic, message.value())
@@ -364,7 +365,9 @@ class Worker:
                          "client.id": f"connector-producer-{task_id}", "linger.ms": 5})
 
     def make_consumer(self, group_id: str, task_id: TaskId) -> Consumer:
-        return Consumer({**self.config.client_configs("consumer"), "group.id": group_id,
+        # a subscribed topic that does not exist yet is looked for again every 5 s
+        return Consumer({"topic.metadata.refresh.interval.ms": 5000, **self.config.client_configs("consumer"),
+                         "group.id": group_id,
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "client.id": f"connector-consumer-{task_id}"})
 

@@ -60,6 +60,8 @@ _GUARANTEES = (
               ("log: log start <= high watermark <= log end", "log: log start and high watermark only grow")),
     Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
                        "stored data is untouched", "always"),
+    Guarantee("CON-1", "a Connect sink receives every record of its topics at least once across worker failures",
+              "distributed Connect"),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}

@@ -1,0 +1,133 @@
+"""`kspec connect distributed`: two workers in one Connect group against a real broker.
+
+Connectors are created through the follower's REST API (forwarded to the leader), lines
+appended to a file reach the sink file, the worker running the source task is killed with
+-9, its work moves to the survivor, and no line is lost (CON-1). The internal topics hold
+Connect's record formats."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.connect.conftest import ConnectProcess, append_lines, lines_of, wait_for, write_properties
+
+
+def distributed_properties(tmp_path, broker, index: int, cluster: str) -> str:
+    """Worker `index` of the Connect cluster `cluster` (its group and its internal topics)."""
+    return write_properties(tmp_path / f"worker{index}.properties", {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": cluster,
+        "config.storage.topic": f"{cluster}-configs", "config.storage.replication.factor": "1",
+        "offset.storage.topic": f"{cluster}-offsets", "offset.storage.replication.factor": "1",
+        "offset.storage.partitions": "3",
+        "status.storage.topic": f"{cluster}-status", "status.storage.replication.factor": "1",
+        "status.storage.partitions": "2",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "offset.flush.interval.ms": "500",
+        # a killed worker is noticed in 6 s (the broker's group.min.session.timeout.ms) and its work
+        # held for 2 s more (KIP-415) before it moves
+        "session.timeout.ms": "6000", "heartbeat.interval.ms": "1000",
+        "scheduled.rebalance.max.delay.ms": "2000",
+        "consumer.session.timeout.ms": "6000",  # the sink's consumer group notices the same death
+        "listeners": "http://127.0.0.1:0",
+    })
+
+
+def read_topic(broker, topic: str) -> list[tuple[bytes, bytes | None]]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "connect-test-reader",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        records = []
+        for partition in partitions:
+            tp = TopicPartition(topic, partition)
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            consumer.assign([TopicPartition(topic, partition, low)])
+            while low < high:
+                message = consumer.poll(5)
+                assert message is not None and message.error() is None
+                records.append((message.key(), message.value()))
+                low = message.offset() + 1
+        return records
+    finally:
+        consumer.close()
+
+
+@pytest.mark.guarantee("CON-1")
+def test_two_workers_lose_no_line_when_the_source_worker_is_killed(broker, workers, tmp_path):
+    for index in (1, 2):
+        workers.append(ConnectProcess("distributed", distributed_properties(tmp_path, broker, index, "killed"),
+                                      log_path=str(tmp_path / f"worker{index}.log")).start())
+    source_file, sink_file = tmp_path / "in.txt", tmp_path / "out.txt"
+    append_lines(source_file, [f"before-{i}" for i in range(100)])
+
+    def post(name, config):
+        # a follower forwards to the leader; until the group has formed there is no leader: 409
+        status, body = wait_for(lambda: (lambda r: r[0] != 409 and r)(workers[0].rest(
+            "POST", "/connectors", {"name": name, "config": config})), what=f"{name} created")
+        assert status == 201, body
+    post("lines-source", {"connector.class": "FileStreamSource", "file": str(source_file), "topic": "lines"})
+    post("lines-sink", {"connector.class": "org.apache.kafka.connect.file.FileStreamSinkConnector",
+                        "file": str(sink_file), "topics": "lines"})
+    wait_for(lambda: len(set(lines_of(sink_file))) >= 100, what="the first 100 lines in the sink file")
+
+    def task_worker(name):
+        body = workers[1].rest("GET", f"/connectors/{name}/status")[1]
+        return body["tasks"] and body["tasks"][0]["state"] == "RUNNING" and body["tasks"][0]["worker_id"]
+    victim = next(w for w in workers if w.worker_id == task_worker("lines-source"))
+    survivor = next(w for w in workers if w is not victim)
+    victim.kill()
+    append_lines(source_file, [f"after-{i}" for i in range(100)])
+
+    wait_for(lambda: survivor.rest("GET", "/connectors/lines-source/status")[1]["tasks"][0]["worker_id"]
+             == survivor.worker_id, what="the source task moved to the survivor")
+    expected = {f"before-{i}" for i in range(100)} | {f"after-{i}" for i in range(100)}
+    wait_for(lambda: set(lines_of(sink_file)) >= expected, what="every line in the sink file")
+    status = survivor.rest("GET", "/connectors/lines-sink/status")[1]
+    assert status["tasks"][0] == {"id": 0, "state": "RUNNING", "worker_id": survivor.worker_id}
+
+    # the internal topics, as Connect writes them
+    config_keys = [key.decode() for key, _ in read_topic(broker, "killed-configs")]
+    for key in ("connector-lines-source", "target-state-lines-source", "task-lines-source-0", "commit-lines-source"):
+        assert key in config_keys
+    commit = dict(read_topic(broker, "killed-configs"))[b"commit-lines-source"]
+    assert json.loads(commit) == {"tasks": 1}
+    key = json.dumps(["lines-source", {"filename": str(source_file)}], separators=(",", ":")).encode()
+    wait_for(lambda: dict(read_topic(broker, "killed-offsets")).get(key)
+             == json.dumps({"position": source_file.stat().st_size}, separators=(",", ":")).encode(),
+             what="the source offset of the whole file in the offsets topic")
+    status_keys = {key.decode() for key, _ in read_topic(broker, "killed-status")}
+    assert {"status-connector-lines-sink", "status-task-lines-sink-0"} <= status_keys
+
+
+def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_share(broker, workers, tmp_path):
+    first = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 1, "sharing"),
+                           log_path=str(tmp_path / "worker1.log")).start()
+    workers.append(first)
+    files = [tmp_path / f"in{i}.txt" for i in range(4)]
+
+    def create(i):
+        return first.rest("PUT", f"/connectors/share-{i}/config", {
+            "connector.class": "FileStreamSource", "file": str(files[i]), "topic": "share"})
+    for i in range(4):
+        assert wait_for(lambda: (lambda r: r[0] != 409 and r)(create(i)), what="connector created")[0] == 201
+    second = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 2, "sharing"),
+                            log_path=str(tmp_path / "worker2.log")).start()
+    workers.append(second)
+
+    def owners():
+        statuses = [second.rest("GET", f"/connectors/share-{i}/status")[1] for i in range(4)]
+        return [s["tasks"][0]["worker_id"] for s in statuses if s["tasks"] and s["tasks"][0]["state"] == "RUNNING"]
+    wait_for(lambda: sorted(owners()) == sorted([first.worker_id] * 2 + [second.worker_id] * 2),
+             what="the four tasks split two and two")
+    status, body = second.rest("PUT", "/connectors/share-0/pause")  # whichever is the leader, it is done
+    assert status == 202
+    wait_for(lambda: second.rest("GET", "/connectors/share-0/status")[1]["tasks"][0]["state"] == "PAUSED",
+             what="share-0 PAUSED")
+    assert second.rest("DELETE", "/connectors/share-3")[0] == 204
+    wait_for(lambda: first.rest("GET", "/connectors")[1] == ["share-0", "share-1", "share-2"],
+             what="share-3 gone on both workers")
+    assert second.rest("GET", "/connectors/share-3")[0] == 404
