@@ -11,7 +11,7 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.connect.conftest import ConnectProcess, append_lines, lines_of, wait_for, write_properties
+from connect_helpers import ConnectProcess, append_lines, lines_of, wait_for, write_properties
 
 
 def distributed_properties(tmp_path, broker, index: int, cluster: str) -> str:

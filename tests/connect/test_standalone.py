@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.connect.conftest import ConnectProcess, append_lines, lines_of, wait_for, write_properties
+from connect_helpers import ConnectProcess, append_lines, lines_of, wait_for, write_properties
 
 PLUGINS_DIR = os.path.join(os.path.dirname(__file__), "plugins")
 
