@@ -32,6 +32,7 @@ TASK_STOP_TIMEOUT_S = 10.0
 SINK_POLL_TIMEOUT_S = 0.5
 SINK_BATCH_RECORDS_MAX = 500
 PAUSED_WAIT_S = 0.2
+TRANSACTION_TIMEOUT_S = 30.0  # added to offset.flush.timeout.ms for init and commit of a transaction
 
 
 @dataclass(frozen=True, order=True)
@@ -125,7 +126,7 @@ class WorkerSourceTask(_TaskThread):
         self.chain = transformation_chain(props, worker.plugins)
         self.key_converter = converter(props, worker.config, "key.converter", worker.plugins)
         self.value_converter = converter(props, worker.config, "value.converter", worker.plugins)
-        self.producer = worker.make_producer(self.id)
+        self.producer = self.open_producer()
         self.pending_offsets: dict[bytes, bytes] = {}
         self.send_error: KafkaError | None = None
         cls = worker.plugins.connector_class(props["connector.class"])().task_class()
@@ -140,8 +141,7 @@ class WorkerSourceTask(_TaskThread):
                 if self.paused:
                     self.stopping.wait(PAUSED_WAIT_S)
                     continue
-                for record in self.task.poll() or []:
-                    self._send(record)
+                self.send_batch(self.task.poll() or [])
                 self.producer.poll(0)
                 if time.monotonic() >= next_commit:
                     self.commit_offsets()
@@ -151,6 +151,13 @@ class WorkerSourceTask(_TaskThread):
             if not self.stopping.is_set():
                 self.stop_task()
             self.producer.flush(worker.config.int("offset.flush.timeout.ms") / 1000)
+
+    def open_producer(self) -> Producer:
+        return self.worker.make_producer(self.id)
+
+    def send_batch(self, records) -> None:
+        for record in records:
+            self._send(record)
 
     def _read_offset(self, partition: dict) -> dict | None:
         value = self.worker.offsets.get(offset_key(self.id.connector, partition))
@@ -195,6 +202,43 @@ class WorkerSourceTask(_TaskThread):
             offsets, self.pending_offsets = self.pending_offsets, {}
             self.worker.offsets.put_all(offsets)
         self.task.commit()
+
+
+class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
+    """KIP-618 (exactly.once.source.support=enabled), transaction.boundary=poll: each poll's
+    records and the source offsets they reach are written in one transaction, by a producer
+    whose transactional.id is <group.id>-<connector>-<task>. A task restarted elsewhere
+    initialises the same transactional id, which aborts whatever its killed predecessor left
+    open, and resumes from the offsets committed with the last committed records (CON-2)."""
+
+    def open_producer(self) -> Producer:
+        config = self.worker.config
+        producer = self.worker.make_producer(
+            self.id, transactional_id=f"{config['group.id']}-{self.id.connector}-{self.id.task}")
+        producer.init_transactions(config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S)
+        return producer
+
+    def send_batch(self, records) -> None:
+        if not records:
+            return
+        timeout_s = self.worker.config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S
+        self.producer.begin_transaction()
+        try:
+            for record in records:
+                self._send(record)
+            for key, value in self.pending_offsets.items():
+                self.producer.produce(self.worker.config["offset.storage.topic"], key=key, value=value)
+            self.producer.commit_transaction(timeout_s)
+        except Exception:
+            self.producer.abort_transaction(timeout_s)
+            raise
+        if self.send_error is not None:
+            raise ConnectError(f"Unrecoverable exception from producer send callback: {self.send_error}")
+        self.pending_offsets = {}
+        self.task.commit()
+
+    def commit_offsets(self) -> None:
+        """Nothing to do: every batch's offsets were committed with its records."""
 
 
 class WorkerSinkTask(_TaskThread):
@@ -358,11 +402,14 @@ class Worker:
         self.tasks: dict[TaskId, _TaskThread] = {}
         self.lock = threading.RLock()
 
-    def make_producer(self, task_id: TaskId) -> Producer:
-        # Connect's source producers: acks=all, one request in flight, so a partition keeps send order.
-        return Producer({**self.config.client_configs("producer"), "acks": "all",
-                         "max.in.flight.requests.per.connection": 1, "enable.idempotence": False,
-                         "client.id": f"connector-producer-{task_id}", "linger.ms": 5})
+    def make_producer(self, task_id: TaskId, transactional_id: str | None = None) -> Producer:
+        # Connect's source producers: acks=all, one request in flight, so a partition keeps send
+        # order; with exactly-once support idempotent and transactional. Keys are partitioned
+        # with murmur2, as Java's producers do.
+        exactly_once = {"transactional.id": transactional_id, "enable.idempotence": True} if transactional_id \
+            else {"enable.idempotence": False, "max.in.flight.requests.per.connection": 1}
+        return Producer({**self.config.client_configs("producer"), "acks": "all", "partitioner": "murmur2_random",
+                         "client.id": f"connector-producer-{task_id}", "linger.ms": 5, **exactly_once})
 
     def make_consumer(self, group_id: str, task_id: TaskId) -> Consumer:
         # a subscribed topic that does not exist yet is looked for again every 5 s
@@ -392,7 +439,9 @@ class Worker:
             except Exception:
                 self.status.on_status(task_id.connector, task_id.task, "FAILED", traceback.format_exc())
                 return
-            runner = (WorkerSinkTask if is_sink else WorkerSourceTask)(
+            source_runner = ExactlyOnceWorkerSourceTask \
+                if self.config["exactly.once.source.support"] == "enabled" else WorkerSourceTask
+            runner = (WorkerSinkTask if is_sink else source_runner)(
                 self, task_id, connector_props, task_props, target_state)
             self.tasks[task_id] = runner
             runner.start()

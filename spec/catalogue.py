@@ -62,6 +62,8 @@ _GUARANTEES = (
                        "stored data is untouched", "always"),
     Guarantee("CON-1", "a Connect sink receives every record of its topics at least once across worker failures",
               "distributed Connect"),
+    Guarantee("CON-2", "with exactly-once source support no source record is written twice",
+              "exactly.once.source.support=enabled"),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}

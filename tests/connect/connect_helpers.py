@@ -93,6 +93,13 @@ class ConnectProcess:
         return status, json.loads(payload) if payload else None
 
 
+def running_task_worker(worker: ConnectProcess, connector: str, task: int = 0) -> str | None:
+    """The worker_id running the task, as `worker` sees it, or None (not RUNNING, or unknown yet)."""
+    status, body = worker.rest("GET", f"/connectors/{connector}/status")
+    tasks = [t for t in body.get("tasks", []) if t["id"] == task] if status == 200 else []
+    return tasks[0]["worker_id"] if tasks and tasks[0]["state"] == "RUNNING" else None
+
+
 def lines_of(path) -> list[str]:
     try:
         with open(path) as f:
