@@ -76,17 +76,25 @@ def _run(config: WorkerConfig, make_herder, connectors: list[dict[str, str]]) ->
         herder = await loop.run_in_executor(None, make_herder, plugins, worker_id,
                                             f"http://{worker_id}/")
         rest.herder = herder
+        failure = None
         for props in connectors:
             try:
                 await loop.run_in_executor(None, herder.put_connector_config, props.get("name", ""), props, False)
             except ConnectRestError as e:
-                logging.getLogger("connect").error("connector %s: %s", props.get("name"), e.message)
-        print(f"connect ready rest={url} worker_id={worker_id}", flush=True)
-        await stopping.wait()
+                # the validation errors, on one line, without the pointer to the validate endpoint
+                errors = [line for line in e.message.splitlines()[1:] if not line.startswith("You can also")]
+                failure = f"connector {props.get('name') or '(no name)'}: {'; '.join(errors) or e.message}"
+                break
+        else:
+            print(f"connect ready rest={url} worker_id={worker_id}", flush=True)
+            await stopping.wait()
         await rest.stop()
         await loop.run_in_executor(None, herder.stop)
+        return failure
 
-    asyncio.run(main())
+    failure = asyncio.run(main())
+    if failure:
+        _fail(failure)
 
 
 @click.group()

@@ -143,6 +143,15 @@ COMMON_DEF = (
     ConfigKey("errors.tolerance", "STRING", "none", importance="MEDIUM", group="Error Handling",
               documentation="Behavior for tolerating errors during connector operation: none fails the task."),
 )
+SOURCE_DEF = (
+    ConfigKey("exactly.once.support", "STRING", "requested", importance="MEDIUM", group=COMMON,
+              documentation="requested or required: whether the connector's records must be written exactly "
+                            "once (KIP-618); required fails validation on a worker without "
+                            "exactly.once.source.support=enabled."),
+    ConfigKey("transaction.boundary", "STRING", "poll", importance="MEDIUM", group=COMMON,
+              documentation="Where a transaction ends with exactly-once support; poll (each poll's records) is "
+                            "the one implemented here."),
+)
 SINK_DEF = (
     ConfigKey("topics", "LIST", "", importance="HIGH", group=COMMON,
               documentation="List of topics to consume, separated by commas"),
@@ -202,7 +211,7 @@ def converter(props: dict[str, str], worker: WorkerConfig, which: str, plugins: 
     return instance
 
 
-def validate(props: dict[str, str], plugins: Plugins) -> dict:
+def validate(props: dict[str, str], plugins: Plugins, exactly_once_enabled: bool = False) -> dict:
     """Connect's ConfigInfos for `props`: {name, error_count, groups, configs}."""
     errors: dict[str, list[str]] = {}
     connector_cls = None
@@ -216,6 +225,17 @@ def validate(props: dict[str, str], plugins: Plugins) -> dict:
             keys += SINK_DEF
             if bool(props.get("topics", "").strip()) == bool(props.get("topics.regex", "").strip()):
                 errors.setdefault("topics", []).append("Must configure one of topics or topics.regex")
+        else:
+            keys += SOURCE_DEF
+            support = props.get("exactly.once.support", "requested")
+            if support not in ("requested", "required"):
+                errors["exactly.once.support"] = [f"Invalid value {support} for configuration "
+                                                  "exactly.once.support: String must be one of: requested, required"]
+            elif support == "required" and not exactly_once_enabled:
+                errors["exactly.once.support"] = ["This worker does not have exactly.once.source.support=enabled"]
+            if props.get("transaction.boundary", "poll") != "poll":
+                errors["transaction.boundary"] = [f"Invalid value {props['transaction.boundary']} for configuration "
+                                                  "transaction.boundary: only poll is supported here"]
         keys += [k for k in connector_cls.CONFIG_DEF if k.name not in {c.name for c in keys}]
     for key in keys:
         if key.required and not props.get(key.name, "").strip():

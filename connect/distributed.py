@@ -30,7 +30,7 @@ from kafka.net.compat import KafkaNetClient
 
 from connect import protocol
 from connect.config import WorkerConfig
-from connect.herder import AlreadyExists, BadRequest, Herder, MemoryStatusStore, NotLeader, Status
+from connect.herder import AlreadyExists, Forward, Herder, MemoryStatusStore, NotFound, NotLeader, Status
 from connect.plugins import Plugins
 from connect.protocol import CONNECTOR_TASK, Work
 from connect.kafkalog import KafkaBasedLog
@@ -448,8 +448,17 @@ class DistributedHerder(Herder):
         self._write_and_read()
 
     def restart_task(self, name: str, task: int) -> None:
-        raise BadRequest("restarting one task of a distributed cluster is not supported here; "
-                         "use POST /connectors/<name>/restart?includeTasks=true&onlyFailed=true")
+        """Restarted by the worker that runs it; another worker forwards the request there."""
+        self._require(name)
+        work = Work(name, task)
+        with self.lock:
+            if work in self.running:
+                self._restart_work({work})
+                return
+        status = self.status.tasks.get(TaskId(name, task))
+        if task >= len(self.task_props.get(name, [])) or status is None:
+            raise NotFound(f"Task {name}-{task} not found")
+        raise Forward(f"http://{status.worker_id}/", f"Task {name}-{task} runs on {status.worker_id}")
 
     def _write_and_read(self) -> None:
         self.config_log.flush()

@@ -40,14 +40,20 @@ class BadRequest(ConnectRestError):
     status = 400
 
 
-class NotLeader(ConnectRestError):
-    """Only the leader may do this; the REST layer forwards the request to `leader_url`."""
+class Forward(ConnectRestError):
+    """Another worker must do this; the REST layer forwards the request to `url` (409 when
+    there is none yet, e.g. during a rebalance)."""
     status = 409
 
+    def __init__(self, url: str | None, why: str) -> None:
+        super().__init__(why if url else "Cannot complete request because of a conflicting operation "
+                                          "(e.g. worker rebalance)")
+        self.url = url
+
+
+class NotLeader(Forward):
     def __init__(self, leader_url: str | None) -> None:
-        super().__init__("Cannot complete request because of a conflicting operation (e.g. worker rebalance)"
-                         if not leader_url else f"This worker is not the leader; the leader is {leader_url}")
-        self.leader_url = leader_url
+        super().__init__(leader_url, f"This worker is not the leader; the leader is {leader_url}")
 
 
 @dataclass
@@ -154,7 +160,7 @@ class Herder:
         return {"id": task, **_status_entry(status)}
 
     def validate(self, props: dict[str, str]) -> dict:
-        return validate(props, self.plugins)
+        return validate(props, self.plugins, self.config["exactly.once.source.support"] == "enabled")
 
     def checked(self, name: str, props: dict[str, str]) -> dict[str, str]:
         """`props` with its name, or BadRequest listing every invalid field."""

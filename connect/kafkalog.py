@@ -28,6 +28,7 @@ class KafkaBasedLog:
     def __init__(self, topic: str, client_configs: dict[str, dict], on_record, *, partitions: int,
                  replication_factor: int, producer_configs: dict | None = None) -> None:
         self.topic, self.on_record = topic, on_record
+        self.send_error: KafkaError | None = None
         self.admin = AdminClient({**client_configs["admin"], "log_level": 0})
         self._ensure_topic(partitions, replication_factor)
         self.producer = Producer({**client_configs["producer"], "acks": "all", "partitioner": "murmur2_random",
@@ -97,14 +98,20 @@ class KafkaBasedLog:
                     raise TimeoutError(f"{self.topic} not read to its end within {timeout_s} s")
                 self.progress.wait(remaining)
 
-    def send(self, key: bytes, value: bytes | None, partition: int | None = None) -> None:
-        kwargs = {} if partition is None else {"partition": partition}
-        self.producer.produce(self.topic, key=key, value=value, **kwargs)
+    def send(self, key: bytes, value: bytes | None) -> None:
+        self.producer.produce(self.topic, key=key, value=value, on_delivery=self._on_delivery)
+
+    def _on_delivery(self, error, message) -> None:
+        if error is not None:
+            self.send_error = error
 
     def flush(self, timeout_s: float = READ_TO_END_TIMEOUT_S) -> None:
-        """Wait for every send to be acked."""
+        """Wait for every send to be acked; raise if one failed."""
         if self.producer.flush(timeout_s):
             raise TimeoutError(f"{self.topic}: writes not acked within {timeout_s} s")
+        error, self.send_error = self.send_error, None
+        if error is not None:
+            raise KafkaException(error)
 
     def stop(self) -> None:
         self.stopping.set()

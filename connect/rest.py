@@ -1,9 +1,10 @@
 """Connect's REST API on aiohttp: the resources, their JSON shapes and status codes.
 
 Errors are {"error_code": <status>, "message": ...} as Connect's ConnectExceptionMapper
-writes them. A write that only the leader may do is forwarded to the leader with
-`?forward=true`; a worker that receives a forwarded request it cannot serve answers 409
-(e.g. during a rebalance), as Connect's HerderRequestHandler does.
+writes them. A write that only the leader may do is forwarded to the leader, and a task restart to the
+worker running the task, with `?forward=true`; a worker that receives a forwarded request it
+cannot serve answers 409 (e.g. during a rebalance), as Connect's HerderRequestHandler does.
+Until the worker has joined its cluster every request is answered 503.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import logging
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-from connect.herder import BadRequest, ConnectRestError, Herder, NotFound, NotLeader
+from connect.herder import BadRequest, ConnectRestError, Forward, Herder, NotFound
 
 log = logging.getLogger("connect.rest")
 
@@ -69,13 +70,15 @@ class RestServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler):
+        if self.herder is None:
+            return _error(503, "The worker is starting; try again shortly")
         try:
             return await handler(request)
-        except NotLeader as e:
-            if e.leader_url is None or "forward" in request.query:
+        except Forward as e:
+            if e.url is None or "forward" in request.query:
                 return _error(409, "Cannot complete request because of a conflicting operation "
                                    "(e.g. worker rebalance)")
-            return await self._forward(request, e.leader_url)
+            return await self._forward(request, e.url)
         except ConnectRestError as e:
             return _error(e.status, e.message)
         except web.HTTPException as e:
@@ -84,8 +87,8 @@ class RestServer:
             log.exception("%s %s failed", request.method, request.path)
             return _error(500, f"{type(e).__name__}: {e}")
 
-    async def _forward(self, request: web.Request, leader_url: str) -> web.Response:
-        url = leader_url.rstrip("/") + request.rel_url.path
+    async def _forward(self, request: web.Request, to_url: str) -> web.Response:
+        url = to_url.rstrip("/") + request.rel_url.path
         query = {**request.query, "forward": "true"}
         body = await request.read()
         try:
@@ -96,7 +99,7 @@ class RestServer:
                     headers = {k: v for k, v in response.headers.items() if k in ("Location", "Content-Type")}
                     return web.Response(body=payload, status=response.status, headers=headers)
         except (ClientError, asyncio.TimeoutError) as e:
-            return _error(500, f"Error trying to forward REST request to the leader {leader_url}: {e}")
+            return _error(500, f"Error trying to forward REST request to {to_url}: {e}")
 
     async def _call(self, method, *args):
         loop = asyncio.get_running_loop()

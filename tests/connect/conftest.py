@@ -11,8 +11,11 @@ from reference.process import BrokerProcess
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
+    """One broker per test module: each test uses its own topics and groups."""
     process = BrokerProcess(str(tmp_path_factory.mktemp("broker") / "data"),
-                            overrides={"group.initial.rebalance.delay.ms": "0"})
+                            overrides={"group.initial.rebalance.delay.ms": "0",
+                                       # lets the workers notice a killed one in 3 s instead of 6
+                                       "group.min.session.timeout.ms": "1000"})
     process.start()
     yield process
     if process.running:

@@ -91,6 +91,15 @@ def test_validate_names_the_offending_fields():
     assert [c["value"]["errors"] for c in unknown["configs"] if c["value"]["name"] == "connector.class"] != [[]]
 
 
+def test_exactly_once_required_needs_a_worker_with_the_support_enabled():
+    props = {"name": "s", "connector.class": "FileStreamSource", "topic": "t", "exactly.once.support": "required"}
+
+    def errors(enabled):
+        return {c["value"]["name"]: c["value"]["errors"]
+                for c in validate(props, PLUGINS, enabled)["configs"] if c["value"]["errors"]}
+    assert list(errors(False)) == ["exactly.once.support"] and errors(True) == {}
+
+
 def test_connector_classes_by_kafka_name_alias_and_python_path():
     source = PLUGINS.connector_class("org.apache.kafka.connect.file.FileStreamSourceConnector")
     assert PLUGINS.connector_class("FileStreamSource") is source

@@ -150,3 +150,16 @@ def test_a_bad_worker_config_is_one_line_and_exit_2(tmp_path, properties, messag
     result = subprocess.run([sys.executable, "-m", "kspec.cli", "connect", "standalone", path],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_invalid_connector_file_is_one_line_and_exit_2(broker, tmp_path):
+    import subprocess
+    import sys
+    connector = write_properties(tmp_path / "sink.properties", {
+        "name": "sink", "connector.class": "FileStreamSink", "file": tmp_path / "out.txt"})
+    result = subprocess.run([sys.executable, "-m", "kspec.cli", "connect", "standalone",
+                             worker_properties(tmp_path, broker), connector], capture_output=True, text=True,
+                            timeout=60)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and last == ("kspec connect: connector sink: topics: Must configure one of "
+                                               "topics or topics.regex")
