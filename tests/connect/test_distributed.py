@@ -15,9 +15,10 @@ from connect_helpers import (ConnectProcess, append_lines, lines_of, running_tas
                              write_properties)
 
 
-def distributed_properties(tmp_path, broker, index: int, cluster: str) -> str:
+def distributed_properties(tmp_path, broker, index: int, cluster: str, connect_protocol: str = "compatible") -> str:
     """Worker `index` of the Connect cluster `cluster` (its group and its internal topics)."""
     return write_properties(tmp_path / f"worker{index}.properties", {
+        "connect.protocol": connect_protocol,
         "bootstrap.servers": broker.bootstrap,
         "group.id": cluster,
         "config.storage.topic": f"{cluster}-configs", "config.storage.replication.factor": "1",
@@ -101,18 +102,21 @@ def test_two_workers_lose_no_line_when_the_source_worker_is_killed(broker, worke
     assert {"status-connector-lines-sink", "status-task-lines-sink-0"} <= status_keys
 
 
-def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_share(broker, workers, tmp_path):
-    first = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 1, "sharing"),
+@pytest.mark.parametrize("connect_protocol", ["compatible", "eager"])
+def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_share(broker, workers, tmp_path,
+                                                                                 connect_protocol):
+    cluster = f"sharing-{connect_protocol}"
+    first = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 1, cluster, connect_protocol),
                            log_path=str(tmp_path / "worker1.log")).start()
     workers.append(first)
     files = [tmp_path / f"in{i}.txt" for i in range(4)]
 
     def create(i):
         return first.rest("PUT", f"/connectors/share-{i}/config", {
-            "connector.class": "FileStreamSource", "file": str(files[i]), "topic": "share"})
+            "connector.class": "FileStreamSource", "file": str(files[i]), "topic": cluster})
     for i in range(4):
         assert wait_for(lambda: (lambda r: r[0] != 409 and r)(create(i)), what="connector created")[0] == 201
-    second = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 2, "sharing"),
+    second = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 2, cluster, connect_protocol),
                             log_path=str(tmp_path / "worker2.log")).start()
     workers.append(second)
 
