@@ -20,7 +20,6 @@ WORKER_DEFAULTS = {
     "offset.flush.timeout.ms": "5000",
     "listeners": "http://:8083",
     "plugin.path": "",
-    "header.converter": "org.apache.kafka.connect.storage.SimpleHeaderConverter",
     # distributed
     "offset.storage.partitions": "25",
     "status.storage.partitions": "5",
@@ -243,6 +242,9 @@ def validate(props: dict[str, str], plugins: Plugins, exactly_once_enabled: bool
                                                    "default value.")
         elif (message := _int_error(props, key)) is not None:
             errors.setdefault(key.name, []).append(message)
+    if props.get("errors.tolerance", "none") != "none":
+        errors["errors.tolerance"] = [f"Invalid value {props['errors.tolerance']} for configuration "
+                                      "errors.tolerance: only none (fail the task) is supported here"]
     if "tasks.max" not in errors and int(props.get("tasks.max", 1)) < 1:
         errors["tasks.max"] = [f"Invalid value {props['tasks.max']} for configuration tasks.max: "
                                "Value must be at least 1"]

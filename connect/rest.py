@@ -44,6 +44,7 @@ class RestServer:
         r.add_delete("/connectors/{name}", self.delete_connector)
         r.add_get("/connectors/{name}/config", self.get_config)
         r.add_put("/connectors/{name}/config", self.put_config)
+        r.add_patch("/connectors/{name}/config", self.patch_config)
         r.add_get("/connectors/{name}/status", self.get_status)
         r.add_get("/connectors/{name}/tasks", self.get_tasks)
         r.add_post("/connectors/{name}/tasks", self.put_task_configs)  # internal: a worker to the leader
@@ -113,7 +114,8 @@ class RestServer:
             raise BadRequest(f"Request body is not valid JSON: {e}") from None
 
     async def root(self, request):
-        return _json({"version": VERSION, "commit": "kspec", "kafka_cluster_id": self.herder.kafka_cluster_id()})
+        return _json({"version": VERSION, "commit": "kspec",
+                      "kafka_cluster_id": await self._call(self.herder.kafka_cluster_id)})
 
     async def list_connectors(self, request):
         names = self.herder.connectors()
@@ -168,6 +170,17 @@ class RestServer:
         created, info = await self._call(self.herder.put_connector_config, name,
                                          {k: str(v) for k, v in body.items()}, True)
         return _json(info, 201 if created else 200, {"Location": f"/connectors/{name}"} if created else None)
+
+    async def patch_config(self, request):
+        """KIP-477: merge the given keys into the config; a null value removes its key."""
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise BadRequest("Request body must be a JSON object of configs")
+        name = request.match_info["name"]
+        merged = {**self.herder.connector_config(name), **{k: str(v) for k, v in body.items() if v is not None}}
+        merged = {k: v for k, v in merged.items() if body.get(k, "") is not None}
+        _, info = await self._call(self.herder.put_connector_config, name, merged, True)
+        return _json(info)
 
     async def get_status(self, request):
         return _json(self.herder.connector_status(request.match_info["name"]))

@@ -345,7 +345,6 @@ class WorkerConnector:
     def __init__(self, worker: Worker, name: str, props: dict, target_state: str, on_reconfigure) -> None:
         self.worker, self.name, self.props = worker, name, props
         self.connector = None
-        self.state = target_state
         try:
             self.connector = worker.plugins.connector_class(props["connector.class"])()
             self.connector.initialize(ConnectorContext(lambda: on_reconfigure(name), self._raise_error))

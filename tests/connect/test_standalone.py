@@ -106,6 +106,8 @@ def test_rest_lifecycle_with_connects_status_codes(broker, workers, tmp_path):
     status, info = worker.rest("PUT", "/connectors/sink/config", {**sink_config, "tasks.max": "1"})
     assert status == 200 and info["config"]["tasks.max"] == "1"
     assert worker.rest("PUT", "/connectors/sink/config", {**sink_config, "name": "other"})[0] == 400
+    status, info = worker.rest("PATCH", "/connectors/sink/config", {"tasks.max": None, "batch.note": "x"})
+    assert status == 200 and "tasks.max" not in info["config"] and info["config"]["batch.note"] == "x"
 
     assert worker.rest("DELETE", "/connectors/sink")[0] == 204
     status, body = worker.rest("GET", "/connectors/sink/status")
