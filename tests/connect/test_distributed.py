@@ -85,8 +85,8 @@ def test_two_workers_lose_no_line_when_the_source_worker_is_killed(broker, worke
              what="the source task moved to the survivor")
     expected = {f"before-{i}" for i in range(100)} | {f"after-{i}" for i in range(100)}
     wait_for(lambda: set(lines_of(sink_file)) >= expected, what="every line in the sink file")
-    status = survivor.rest("GET", "/connectors/lines-sink/status")[1]
-    assert status["tasks"][0] == {"id": 0, "state": "RUNNING", "worker_id": survivor.worker_id}
+    wait_for(lambda: running_task_worker(survivor, "lines-sink") == survivor.worker_id,
+             what="the sink task RUNNING on the survivor")
 
     # the internal topics, as Connect writes them
     config_keys = [key.decode() for key, _ in read_topic(broker, "killed-configs")]
@@ -134,9 +134,10 @@ def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_shar
     wait_for(lambda: second.rest("GET", "/connectors/share-0/status")[1]["tasks"][0]["state"] == "PAUSED",
              what="share-0 PAUSED")
     assert second.rest("DELETE", "/connectors/share-3")[0] == 204
-    wait_for(lambda: first.rest("GET", "/connectors")[1] == ["share-0", "share-1", "share-2"],
+    # each worker answers from the config topic as far as it has read it
+    wait_for(lambda: all(w.rest("GET", "/connectors")[1] == ["share-0", "share-1", "share-2"] for w in workers),
              what="share-3 gone on both workers")
-    assert second.rest("GET", "/connectors/share-3")[0] == 404
+    assert all(w.rest("GET", "/connectors/share-3")[0] == 404 for w in workers)
 
 
 def committed_values(broker, topic: str) -> list[bytes]:

@@ -146,3 +146,33 @@ def test_eager_deals_everything_round_robin():
     configured = [Work("c"), Work("c", 0), Work("c", 1)]
     dealt = protocol.eager_assign({"b": WorkerState("u", 0), "a": WorkerState("u", 0)}, configured)
     assert dealt == {"a": {Work("c"), Work("c", 1)}, "b": {Work("c", 0)}}
+
+
+def test_worker_configs_with_kafkas_names():
+    from connect.config import ConfigError, WorkerConfig
+    base = {"key.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+            "offset.storage.file.filename": "/tmp/offsets"}
+    assert WorkerConfig(base, "standalone").rest_address() == ("", 8083)
+    assert WorkerConfig({**base, "rest.port": "9000"}, "standalone").rest_address() == ("", 9000)
+    assert WorkerConfig({**base, "listeners": "http://127.0.0.1:0"}, "standalone").rest_address() == ("127.0.0.1", 0)
+    clients = WorkerConfig({**base, "bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL",
+                            "sasl.mechanism": "SCRAM-SHA-256",
+                            "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                                'username="connect" password="s3cret";',
+                            "producer.linger.ms": "20"}, "standalone")
+    assert clients.client_configs("producer") == {
+        "bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "connect", "sasl.password": "s3cret", "linger.ms": "20"}
+    assert "linger.ms" not in clients.client_configs("consumer")
+    with pytest.raises(ConfigError, match="group.id"):
+        WorkerConfig(base, "distributed")
+    with pytest.raises(ConfigError, match="distributed workers only"):
+        WorkerConfig({**base, "exactly.once.source.support": "enabled"}, "standalone")
+
+
+def test_java_properties_files(tmp_path):
+    from connect.config import read_properties
+    path = tmp_path / "w.properties"
+    path.write_text("# comment\n! also a comment\nbootstrap.servers = a:1,\\\n    b:2\nkey: value\nspaced value here\n")
+    assert read_properties(str(path)) == {"bootstrap.servers": "a:1,b:2", "key": "value", "spaced": "value here"}

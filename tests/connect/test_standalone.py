@@ -89,6 +89,11 @@ def test_rest_lifecycle_with_connects_status_codes(broker, workers, tmp_path):
              what="both connectors RUNNING")
     append_lines(source_file, ["a", "b"])
     wait_for(lambda: lines_of(sink_file) == ["a", "b"], what="two lines through")
+    status, task = worker.rest("GET", "/connectors/source/tasks/0/status")
+    assert status == 200 and task == {"id": 0, "state": "RUNNING", "worker_id": worker.worker_id}
+    assert worker.rest("GET", "/connectors/source/tasks/9/status")[0] == 404
+    status, info = worker.rest("GET", "/connectors/source")
+    assert status == 200 and info["type"] == "source" and info["config"]["file"] == str(source_file)
 
     assert worker.rest("PUT", "/connectors/sink/pause")[0] == 202
     wait_for(lambda: states("sink") == ("PAUSED", ["PAUSED"]), what="the sink PAUSED")
