@@ -1,6 +1,7 @@
 """Fixtures for the Connect tests: a real `kspec broker` and the worker processes a test starts."""
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pytest
@@ -27,9 +28,11 @@ def workers():
     """Connect processes a test starts; all stopped (or killed) at its end."""
     started: list[ConnectProcess] = []
     yield started
-    for worker in started:
-        if worker.running:
-            try:
-                worker.stop()
-            except subprocess.TimeoutExpired:
-                worker.kill()
+    running = [worker for worker in started if worker.running]
+    for worker in running:  # all at once: each stop commits offsets and leaves its group
+        worker.process.send_signal(signal.SIGTERM)
+    for worker in running:
+        try:
+            worker.stop()
+        except subprocess.TimeoutExpired:
+            worker.kill()
