@@ -54,6 +54,7 @@ class RestServer:
         r.add_put("/connectors/{name}/pause", self.pause)
         r.add_put("/connectors/{name}/resume", self.resume)
         r.add_get("/connector-plugins", self.plugins)
+        r.add_get("/connector-plugins/{plugin}/config", self.plugin_config)
         r.add_put("/connector-plugins/{plugin}/config/validate", self.validate)
 
     async def start(self) -> str:
@@ -227,6 +228,18 @@ class RestServer:
 
     async def plugins(self, request):
         return _json(self.herder.plugins.connector_plugins())
+
+    async def plugin_config(self, request):
+        """The plug-in's config definitions (KIP-769's shape: name, type, required, default_value,
+        importance, documentation, group, ...)."""
+        plugin = request.match_info["plugin"]
+        try:
+            info = self.herder.validate({"connector.class": plugin})
+        except Exception:
+            raise NotFound(f"Unknown plugin {plugin}") from None
+        if any(c["value"]["name"] == "connector.class" and c["value"]["errors"] for c in info["configs"]):
+            raise NotFound(f"Unknown plugin {plugin}")
+        return _json([c["definition"] for c in info["configs"]])
 
     async def validate(self, request):
         body = await self._body(request)

@@ -62,6 +62,10 @@ def test_rest_lifecycle_with_connects_status_codes(broker, workers, tmp_path):
             "version": "0.1.0"} in plugins
     assert any(p["class"].endswith("ExplodingSourceConnector") for p in plugins)  # found through plugin.path
 
+    status, definitions = worker.rest("GET", "/connector-plugins/FileStreamSource/config")
+    assert status == 200 and {"topic", "batch.size", "file", "tasks.max"} <= {d["name"] for d in definitions}
+    assert worker.rest("GET", "/connector-plugins/NoSuchConnector/config")[0] == 404
+
     # validate names the offending field
     status, info = worker.rest("PUT", "/connector-plugins/FileStreamSinkConnector/config/validate",
                                {"connector.class": "FileStreamSinkConnector", "name": "x", "tasks.max": "two"})
