@@ -210,6 +210,7 @@ class DistributedHerder(Herder):
         self.is_leader = False
         self.pending_assignment: tuple | None = None
         self.rejoin_at: float | None = None
+        self.publish_pending: set[str] = set()  # connectors whose task configs the leader has not stored
         self.applied: tuple[dict, dict, dict] = ({}, {}, {})
         self.lock = threading.RLock()  # the herder's own state; REST reads take it briefly
         self.stopping = threading.Event()
@@ -235,6 +236,8 @@ class DistributedHerder(Herder):
                 self.coordinator.poll_heartbeat()
                 self._apply_assignment()
                 self._apply_config_changes()
+                for name in sorted(self.publish_pending):
+                    self._publish_task_configs(name)
                 if self.rejoin_at is not None and time.monotonic() >= self.rejoin_at:
                     self.rejoin_at = None
                     self.coordinator.request_rejoin()
@@ -362,24 +365,29 @@ class DistributedHerder(Herder):
             if w.task == CONNECTOR_TASK:
                 if self.worker.start_connector(w.connector, self.configs[w.connector], state,
                                                on_reconfigure=self._request_reconfiguration):
-                    self._publish_task_configs(w.connector)
+                    self.publish_pending.add(w.connector)
             elif w.task < len(self.task_props.get(w.connector, [])):
                 self.worker.start_task(TaskId(w.connector, w.task), self.configs[w.connector],
                                        self.task_props[w.connector][w.task], state)
 
     def _request_reconfiguration(self, name: str) -> None:
-        threading.Thread(target=self._publish_task_configs, args=(name,), daemon=True).start()
+        """A connector asked for its task configs to be read again (any thread)."""
+        self.publish_pending.add(name)
+        self.config_state.changed.set()
 
     def _publish_task_configs(self, name: str) -> None:
-        """Send the connector's task configs to the leader when they differ from the stored ones."""
+        """Send the connector's task configs to the leader when they differ from the stored ones;
+        on failure (no leader yet, a rebalance) it stays pending and is tried at the next tick."""
         connector = self.worker.connectors.get(name)
-        if connector is None or connector.failed:
-            return
-        configs = connector.task_configs()
+        configs = connector.task_configs() if connector is not None and not connector.failed else []
         if not configs or configs == self.task_props.get(name):
+            self.publish_pending.discard(name)
             return
         if self.is_leader:
             self._write_task_configs(name, configs)
+            self.publish_pending.discard(name)
+            return
+        if self.leader_url is None:
             return
         request = urllib.request.Request(f"{self.leader_url.rstrip('/')}/connectors/{name}/tasks?forward=true",
                                          data=json.dumps(configs).encode(), method="POST",
@@ -387,8 +395,10 @@ class DistributedHerder(Herder):
         try:
             urllib.request.urlopen(request, timeout=TASK_CONFIGS_POST_TIMEOUT_S).close()
         except (urllib.error.URLError, OSError) as e:
-            log.warning("connector %s: task configs not sent to the leader %s (%s); retried at the next "
-                        "rebalance", name, self.leader_url, e)
+            log.info("connector %s: task configs not sent to the leader %s (%s); trying again", name,
+                     self.leader_url, e)
+            return
+        self.publish_pending.discard(name)
 
     # leader-only writes
     def _require_leader(self) -> None:

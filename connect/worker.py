@@ -273,15 +273,11 @@ class WorkerSinkTask(_TaskThread):
         self._report("PAUSED" if self.paused else "RUNNING")
         flush_interval_s = self.worker.config.int("offset.flush.interval.ms") / 1000
         next_commit = time.monotonic() + flush_interval_s
-        paused_partitions: list[TopicPartition] = []
+        consumer_paused = False  # partitions assigned while paused are paused by _on_assign
         while not self.stopping.is_set():
-            if self.paused != bool(paused_partitions):
-                if self.paused:
-                    paused_partitions = self.consumer.assignment()
-                    self.consumer.pause(paused_partitions)
-                else:
-                    self.consumer.resume(paused_partitions)
-                    paused_partitions = []
+            if self.paused != consumer_paused:
+                (self.consumer.pause if self.paused else self.consumer.resume)(self.consumer.assignment())
+                consumer_paused = self.paused
             self._deliver(self.consumer.consume(SINK_BATCH_RECORDS_MAX, SINK_POLL_TIMEOUT_S))
             if self.commit_requested or time.monotonic() >= next_commit:
                 self.commit()
