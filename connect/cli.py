@@ -21,6 +21,7 @@ from connect.config import ConfigError, WorkerConfig, read_properties
 from connect.herder import ConnectRestError
 from connect.plugins import Plugins
 from connect.rest import RestServer
+from kspec.ops.common import OpsGroup  # one-line usage errors, as every kspec command has
 
 
 def _fail(message: str) -> None:
@@ -97,7 +98,7 @@ def _run(config: WorkerConfig, make_herder, connectors: list[dict[str, str]]) ->
         _fail(failure)
 
 
-@click.group()
+@click.group(cls=OpsGroup)
 def connect() -> None:
     """A Kafka Connect worker: connectors and tasks with Connect's REST API."""
 
