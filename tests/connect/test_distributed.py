@@ -134,6 +134,12 @@ def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_shar
     assert status == 202
     wait_for(lambda: second.rest("GET", "/connectors/share-0/status")[1]["tasks"][0]["state"] == "PAUSED",
              what="share-0 PAUSED")
+    assert first.rest("PUT", "/connectors/share-0/resume")[0] == 202
+    wait_for(lambda: running_task_worker(second, "share-0"), what="share-0 RUNNING again")
+    status, body = first.rest("POST", "/connectors/share-1/restart?includeTasks=true")
+    assert status == 202 and body["name"] == "share-1"
+    assert second.rest("POST", "/connectors/share-1/restart")[0] == 204
+    wait_for(lambda: running_task_worker(first, "share-1"), what="share-1 RUNNING after its restarts")
     assert second.rest("DELETE", "/connectors/share-3")[0] == 204
     # each worker answers from the config topic as far as it has read it
     wait_for(lambda: all(w.rest("GET", "/connectors")[1] == ["share-0", "share-1", "share-2"] for w in workers),
