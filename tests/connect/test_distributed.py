@@ -103,11 +103,9 @@ def test_two_workers_lose_no_line_when_the_sink_worker_is_killed(broker, workers
     assert {"status-connector-lines-sink", "status-task-lines-sink-0"} <= status_keys
 
 
-@pytest.mark.parametrize("connect_protocol", ["compatible", "eager"])
-def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_share(broker, workers, tmp_path,
-                                                                                 connect_protocol):
-    cluster = f"sharing-{connect_protocol}"
-    first = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 1, cluster, connect_protocol),
+def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_share(broker, workers, tmp_path):
+    cluster = "sharing"
+    first = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 1, cluster),
                            log_path=str(tmp_path / "worker1.log")).start()
     workers.append(first)
     files = [tmp_path / f"in{i}.txt" for i in range(4)]
@@ -117,7 +115,7 @@ def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_shar
             "connector.class": "FileStreamSource", "file": str(files[i]), "topic": cluster})
     for i in range(4):
         assert wait_for(lambda: (lambda r: r[0] != 409 and r)(create(i)), what="connector created")[0] == 201
-    second = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 2, cluster, connect_protocol),
+    second = ConnectProcess("distributed", distributed_properties(tmp_path, broker, 2, cluster),
                             log_path=str(tmp_path / "worker2.log")).start()
     workers.append(second)
 
@@ -173,8 +171,8 @@ def test_exactly_once_source_writes_no_line_twice_when_its_worker_is_killed(brok
     line_count = 2000
     source_file = tmp_path / "in.txt"
     append_lines(source_file, [f"line-{i:05d}" for i in range(line_count)])
-    for index in (1, 2):
-        path = distributed_properties(tmp_path, broker, index, "exactly-once")
+    for index in (1, 2):  # with the eager protocol: this is its test with a live group
+        path = distributed_properties(tmp_path, broker, index, "exactly-once", connect_protocol="eager")
         with open(path, "a") as f:
             f.write("exactly.once.source.support=enabled\noffset.flush.interval.ms=60000\n")
         workers.append(ConnectProcess("distributed", path, log_path=str(tmp_path / f"worker{index}.log")).start())
