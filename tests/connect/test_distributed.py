@@ -15,6 +15,9 @@ from connect_helpers import (ConnectProcess, append_lines, lines_of, running_tas
                              write_properties)
 
 
+READ_POLL_TIMEOUT_S = 20.0  # one poll of a test reader; generous, the machine may be loaded
+
+
 def distributed_properties(tmp_path, broker, index: int, cluster: str, connect_protocol: str = "compatible") -> str:
     """Worker `index` of the Connect cluster `cluster` (its group and its internal topics)."""
     return write_properties(tmp_path / f"worker{index}.properties", {
@@ -48,7 +51,7 @@ def read_topic(broker, topic: str) -> list[tuple[bytes, bytes | None]]:
             low, high = consumer.get_watermark_offsets(tp, timeout=10)
             consumer.assign([TopicPartition(topic, partition, low)])
             while low < high:
-                message = consumer.poll(5)
+                message = consumer.poll(READ_POLL_TIMEOUT_S)
                 assert message is not None and message.error() is None
                 records.append((message.key(), message.value()))
                 low = message.offset() + 1
@@ -155,8 +158,8 @@ def committed_values(broker, topic: str) -> list[bytes]:
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         values, at_end = [], set()
         while len(at_end) < len(partitions):
-            message = consumer.poll(5)
-            assert message is not None, "no end of partition within 5 s"
+            message = consumer.poll(READ_POLL_TIMEOUT_S)
+            assert message is not None, f"no end of partition within {READ_POLL_TIMEOUT_S} s"
             if message.error() is not None:
                 at_end.add(message.partition())
             else:
