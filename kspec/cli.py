@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "cluster": ("kspec.ops.cluster:cluster", "Cluster state: brokers, controller quorum, partitions."),
     "report": ("reports.cli:report", "Render a run folder as an HTML report with plots."),
     "mirror": ("mirror.cli:mirror", "MirrorMaker 2-style mirroring between clusters (mm2.properties)."),
+    "connect": ("connect.cli:connect", "A Kafka Connect worker (standalone or distributed) with its REST API."),
 }
 
 

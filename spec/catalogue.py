@@ -67,6 +67,10 @@ _GUARANTEES = (
               "exactly.once.support=enabled", ("mirror: no record copied twice",)),
     Guarantee("MIR-3", "a translated group offset never points past a record the group had not consumed in the source",
               "checkpoints on", ("mirror: checkpoint never past an unconsumed record",)),
+    Guarantee("CON-1", "a Connect sink receives every record of its topics at least once across worker failures",
+              "distributed Connect"),
+    Guarantee("CON-2", "with exactly-once source support no source record is written twice",
+              "exactly.once.source.support=enabled"),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}

@@ -1,0 +1,194 @@
+"""What standalone and distributed herders share: the REST-facing operations, the errors
+they answer with, and the status store's view (connector and task states by worker).
+
+A herder owns the connectors' configs and target states and decides which of them this
+worker runs. Its operations are synchronous; the REST server calls them off its loop.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from connect.api import SinkConnector
+from connect.config import WorkerConfig, validate, validation_errors
+from connect.plugins import PluginNotFound, Plugins
+from connect.worker import StatusListener, TaskId
+
+
+class ConnectRestError(Exception):
+    """An error answered as {"error_code": status, "message": ...}."""
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(ConnectRestError):
+    status = 404
+
+
+class AlreadyExists(ConnectRestError):
+    status = 409
+
+
+class Rebalancing(ConnectRestError):
+    status = 409
+
+
+class BadRequest(ConnectRestError):
+    status = 400
+
+
+class Forward(ConnectRestError):
+    """Another worker must do this; the REST layer forwards the request to `url` (409 when
+    there is none yet, e.g. during a rebalance)."""
+    status = 409
+
+    def __init__(self, url: str | None, why: str) -> None:
+        super().__init__(why if url else "Cannot complete request because of a conflicting operation "
+                                          "(e.g. worker rebalance)")
+        self.url = url
+
+
+class NotLeader(Forward):
+    def __init__(self, leader_url: str | None) -> None:
+        super().__init__(leader_url, f"This worker is not the leader; the leader is {leader_url}")
+
+
+@dataclass
+class Status:
+    state: str
+    trace: str | None
+    worker_id: str
+    generation: int
+
+
+class MemoryStatusStore(StatusListener):
+    """Connector and task states in memory: the standalone store, and the distributed
+    store's view of the status topic. A state from an older generation never replaces a
+    newer one (a stopped worker's UNASSIGNED arriving after the new owner's RUNNING)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.generation = 0
+        self.connectors: dict[str, Status] = {}
+        self.tasks: dict[TaskId, Status] = {}
+        self.lock = threading.Lock()
+
+    def on_status(self, connector, task, state, trace=None):
+        self.put(connector, task, Status(state, trace, self.worker_id, self.generation))
+
+    def put(self, connector: str, task: int | None, status: Status | None) -> None:
+        with self.lock:
+            table, key = (self.connectors, connector) if task is None else (self.tasks, TaskId(connector, task))
+            if status is None:
+                table.pop(key, None)
+            elif key not in table or table[key].generation <= status.generation:
+                table[key] = status
+
+    def forget(self, connector: str) -> None:
+        with self.lock:
+            self.connectors.pop(connector, None)
+            for task_id in [t for t in self.tasks if t.connector == connector]:
+                del self.tasks[task_id]
+
+
+class Herder:
+    """The operations of Connect's REST API on one cluster's connectors.
+
+    Subclasses keep `configs` (connector name -> props), `task_props` (name -> task configs)
+    and `target_states` (name -> STARTED/PAUSED) current and implement the writes."""
+
+    def __init__(self, config: WorkerConfig, plugins: Plugins, status: MemoryStatusStore) -> None:
+        self.config, self.plugins, self.status = config, plugins, status
+        self.configs: dict[str, dict[str, str]] = {}
+        self.task_props: dict[str, list[dict[str, str]]] = {}
+        self.target_states: dict[str, str] = {}
+        self._cluster_id: str | None = None
+
+    def kafka_cluster_id(self) -> str | None:
+        if self._cluster_id is None:
+            from confluent_kafka.admin import AdminClient
+            admin = AdminClient({**self.config.client_configs("admin"), "log_level": 0})
+            self._cluster_id = admin.list_topics(timeout=10).cluster_id
+        return self._cluster_id
+
+    def put_task_configs(self, name: str, configs: list[dict]) -> None:
+        raise BadRequest("task configs are written by a distributed cluster's leader only")
+
+    # reads
+    def connectors(self) -> list[str]:
+        return sorted(self.configs)
+
+    def connector_config(self, name: str) -> dict[str, str]:
+        self._require(name)
+        return self.configs[name]
+
+    def connector_info(self, name: str) -> dict:
+        self._require(name)
+        return {"name": name, "config": self.configs[name],
+                "tasks": [{"connector": name, "task": i} for i in range(len(self.task_props.get(name, [])))],
+                "type": self.connector_type(name)}
+
+    def connector_type(self, name: str) -> str:
+        try:
+            cls = self.plugins.connector_class(self.configs[name].get("connector.class", ""))
+        except PluginNotFound:
+            return "unknown"
+        return "sink" if issubclass(cls, SinkConnector) else "source"
+
+    def task_configs(self, name: str) -> list[dict]:
+        self._require(name)
+        return [{"id": {"connector": name, "task": i}, "config": c} for i, c in enumerate(self.task_props.get(name, []))]
+
+    def connector_status(self, name: str) -> dict:
+        self._require(name)
+        connector = self.status.connectors.get(name)
+        tasks = sorted((t, s) for t, s in list(self.status.tasks.items()) if t.connector == name)
+        count = len(self.task_props.get(name, []))
+        return {"name": name,
+                "connector": _status_entry(connector),
+                "tasks": [{"id": t.task, **_status_entry(s)} for t, s in tasks if t.task < count],
+                "type": self.connector_type(name)}
+
+    def task_status(self, name: str, task: int) -> dict:
+        self._require(name)
+        status = self.status.tasks.get(TaskId(name, task))
+        if status is None:
+            raise NotFound(f"No status found for task {name}-{task}")
+        return {"id": task, **_status_entry(status)}
+
+    def validate(self, props: dict[str, str]) -> dict:
+        return validate(props, self.plugins, self.config["exactly.once.source.support"] == "enabled")
+
+    def checked(self, name: str, props: dict[str, str]) -> dict[str, str]:
+        """`props` with its name, or BadRequest listing every invalid field."""
+        if not name or "/" in name:
+            raise BadRequest("Connector name must not be empty and may not contain '/'")
+        props = {**props, "name": props.get("name", name)}
+        if props["name"] != name:
+            raise BadRequest("Connector name configuration (" + props["name"] + ") doesn't match connector "
+                             "name in the URL (" + name + ")")
+        errors = validation_errors(self.validate(props))
+        if errors:
+            raise BadRequest(f"Connector configuration is invalid and contains the following {len(errors)} "
+                             "error(s):\n" + "\n".join(errors) + "\nYou can also find the above list of errors at "
+                             "the endpoint `/connector-plugins/{connectorType}/config/validate`")
+        return props
+
+    def _require(self, name: str) -> None:
+        if name not in self.configs:
+            raise NotFound(f"Connector {name} not found")
+
+    # writes: put_connector_config(name, props, allow_replace) -> (created, info),
+    # delete_connector, pause_connector, resume_connector, restart_connector, restart_task, stop
+
+
+def _status_entry(status: Status | None) -> dict:
+    if status is None:
+        return {"state": "UNASSIGNED", "worker_id": None}
+    entry = {"state": status.state, "worker_id": status.worker_id}
+    if status.trace:
+        entry["trace"] = status.trace
+    return entry

@@ -1,0 +1,120 @@
+"""A compacted topic read from the beginning into memory and written to: Connect's
+KafkaBasedLog, which holds the config, offset and status stores.
+
+A reader thread consumes every partition from the start (read_committed) and hands each
+record to `on_record`; `read_to_end` returns once everything written before the call has
+been handed over. The worker creates the topic if it is missing (cleanup.policy=compact).
+Keys are partitioned with murmur2 as Java clients do, so a Java worker finds them too.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaError, KafkaException, Producer,
+                             TopicPartition)
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+log = logging.getLogger("connect.kafkalog")
+
+READ_BATCH_RECORDS_MAX = 1000
+READ_POLL_TIMEOUT_S = 0.2
+READ_TO_END_TIMEOUT_S = 30.0
+TOPIC_CREATE_TIMEOUT_S = 30.0
+
+
+class KafkaBasedLog:
+    def __init__(self, topic: str, client_configs: dict[str, dict], on_record, *, partitions: int,
+                 replication_factor: int, producer_configs: dict | None = None) -> None:
+        self.topic, self.on_record = topic, on_record
+        self.send_error: KafkaError | None = None
+        self.admin = AdminClient({**client_configs["admin"], "log_level": 0})
+        self._ensure_topic(partitions, replication_factor)
+        self.producer = Producer({**client_configs["producer"], "acks": "all", "partitioner": "murmur2_random",
+                                  "linger.ms": 0, **(producer_configs or {})})
+        self.consumer = Consumer({**client_configs["consumer"], "group.id": f"connect-log-{topic}",
+                                  "enable.auto.commit": False, "isolation.level": "read_committed",
+                                  "enable.partition.eof": False})
+        metadata = self.admin.list_topics(topic, timeout=10).topics[topic]
+        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(metadata.partitions)]
+        self.consumer.assign(self.partitions)
+        self.positions: dict[int, int] = {}
+        self.progress = threading.Condition()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._read, name=f"kafkalog-{topic}", daemon=True)
+        self.thread.start()
+
+    def _ensure_topic(self, partitions: int, replication_factor: int) -> None:
+        if self.topic in self.admin.list_topics(timeout=10).topics:
+            return
+        futures = self.admin.create_topics([NewTopic(self.topic, partitions, replication_factor,
+                                                     config={"cleanup.policy": "compact"})])
+        try:
+            futures[self.topic].result(TOPIC_CREATE_TIMEOUT_S)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def _read(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                messages = self.consumer.consume(READ_BATCH_RECORDS_MAX, READ_POLL_TIMEOUT_S)
+                for message in messages:
+                    if message.error() is None:
+                        self.on_record(message)
+                    else:
+                        log.warning("%s: %s", self.topic, message.error())
+                positions = self.consumer.position(self.partitions)
+            except Exception:
+                if self.stopping.is_set():
+                    return
+                log.exception("%s: reading failed; retrying", self.topic)
+                time.sleep(READ_POLL_TIMEOUT_S)
+                continue
+            with self.progress:
+                self.positions = {tp.partition: tp.offset for tp in positions if tp.offset >= 0}
+                self.progress.notify_all()
+
+    def end_offsets(self) -> dict[int, tuple[int, int]]:
+        """(log start, last stable offset) per partition, from ListOffsets."""
+        result = {}
+        for spec_name in ("earliest", "latest"):
+            futures = self.admin.list_offsets({TopicPartition(self.topic, tp.partition): getattr(OffsetSpec, spec_name)()
+                                               for tp in self.partitions},
+                                              isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
+            for tp, future in futures.items():
+                result.setdefault(tp.partition, []).append(future.result().offset)
+        return {p: (low, high) for p, (low, high) in result.items()}
+
+    def read_to_end(self, timeout_s: float = READ_TO_END_TIMEOUT_S) -> None:
+        """Wait until every record written before this call has been handed to on_record."""
+        ends = self.end_offsets()
+        deadline = time.monotonic() + timeout_s
+        with self.progress:
+            while not all(high <= low or self.positions.get(p, low) >= high for p, (low, high) in ends.items()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{self.topic} not read to its end within {timeout_s} s")
+                self.progress.wait(remaining)
+
+    def send(self, key: bytes, value: bytes | None) -> None:
+        self.producer.produce(self.topic, key=key, value=value, on_delivery=self._on_delivery)
+
+    def _on_delivery(self, error, message) -> None:
+        if error is not None:
+            self.send_error = error
+
+    def flush(self, timeout_s: float = READ_TO_END_TIMEOUT_S) -> None:
+        """Wait for every send to be acked; raise if one failed."""
+        if self.producer.flush(timeout_s):
+            raise TimeoutError(f"{self.topic}: writes not acked within {timeout_s} s")
+        error, self.send_error = self.send_error, None
+        if error is not None:
+            raise KafkaException(error)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.producer.flush(5)
+        self.consumer.close()
