@@ -25,6 +25,7 @@ import pytest
 from conformance.clients import CLIENTS, driver, unavailable_reason
 from conformance.results import Outcome, RunResult
 from conformance.target import Target
+from conformance.wire import WireClient
 from spec.catalogue import CATALOGUE
 
 SUITE_PACKAGE = "conformance.suite"
@@ -184,9 +185,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not _is_suite(item) or not report.failed:
         return
     properties = dict(item.user_properties)
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and call.excinfo is not None:
+        crash.message = verdict(properties["guarantees"], call.excinfo)  # the line JUnit and the matrix show
     lines = [f"{g}: {CATALOGUE[g].statement} (holds when: {CATALOGUE[g].holds_when})"
              for g in properties["guarantees"].split()]
     report.sections.append(("kspec conformance", "\n".join(lines + [f"reproduce: {properties['reproduce']}"])))
+
+
+def verdict(guarantees: str, excinfo: pytest.ExceptionInfo) -> str:
+    """A failure as one verdict: the guarantee ids, then what the check found. A check's
+    AssertionError (a Finding of the wire layer, or an `expect`) already says what was expected
+    and what was seen; any other exception escaped the suite's own checks, and is reported with
+    the request it followed, so the verdict still says what the broker was asked."""
+    error = excinfo.value
+    if isinstance(error, AssertionError) and str(error):
+        return f"{guarantees}: {error}"
+    if isinstance(error, pytest.fail.Exception):
+        return f"{guarantees}: {error.msg}"
+    entry = excinfo.traceback[-1]
+    return (f"{guarantees}: the check could not read the broker's answer ({excinfo.typename}: {error} at "
+            f"{Path(str(entry.path)).name}:{entry.lineno + 1}); last request: {WireClient.last_exchange}")
 
 
 def _message(report: pytest.TestReport) -> tuple[str, str]:

@@ -12,6 +12,7 @@ import pytest
 
 from conformance import ops
 from conformance.ops import expect
+from conformance.wire import answered_entry
 from reference.protocol.api_keys import ApiKey
 
 ADMIN_TIMEOUT_S = 30.0
@@ -112,8 +113,9 @@ def test_a_deleted_topic_is_gone(admin, target):
     deadline = time.monotonic() + ADMIN_TIMEOUT_S  # each broker learns of the deletion at its own pace
     with target.wire() as wire:  # no auto-creation: asking must not bring the topic back
         while True:
-            found = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
-                                                            "allow_auto_topic_creation": False}).topics[0]
+            answer = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
+                                                             "allow_auto_topic_creation": False})
+            found = answered_entry(f"METADATA v{version} of {topic}", answer.topics, "name", topic, "topic")
             if found.error_code == 3 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
