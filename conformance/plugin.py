@@ -10,11 +10,14 @@ with ids from spec's catalogue; a test with a `client` argument runs once per se
 A test's column in the matrix is its client; else "wire" when it takes the `wire` fixture;
 else its module's COLUMN; else confluent-kafka.
 Results go to pytest's JUnit XML (with guarantee, client and reproduce properties), to a JSON
-document (--conformance-json) and to an HTML matrix guarantee x client (--conformance-report).
+document (--conformance-json) and to an HTML matrix guarantee x client (--conformance-report),
+with the API coverage table (advertised against answered) when the run probed the APIs.
+A failure's message is one verdict line: its guarantee ids, then what the check found.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
 import time
 from collections import Counter
@@ -29,6 +32,7 @@ from conformance.wire import WireClient
 from spec.catalogue import CATALOGUE
 
 SUITE_PACKAGE = "conformance.suite"
+API_COVERAGE_PROPERTY = "api_coverage"  # a test's user property holding the API coverage table (JSON)
 WIRE_COLUMN = "wire"
 DEFAULT_RDKAFKA_COLUMN = "confluent-kafka"
 
@@ -226,12 +230,15 @@ class Recorder:
         self.config = config
         self.started = time.monotonic()
         self.results: dict[str, Outcome] = {}
+        self.api_coverage: list[dict] = []
         self.run: RunResult | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         properties = dict(report.user_properties)
         if "guarantees" not in properties or not (report.when == "call" or report.failed or report.skipped):
             return
+        if API_COVERAGE_PROPERTY in properties:
+            self.api_coverage = json.loads(properties[API_COVERAGE_PROPERTY])
         previous = self.results.get(report.nodeid)
         if previous is not None and previous.outcome == "failed":
             return  # a teardown problem never hides the test's own failure
@@ -255,7 +262,8 @@ class Recorder:
                     "clients": list(selected_clients(config)), "quick": config.getoption("--quick"),
                     "only": _split(config.getoption("--only"))},
             started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            duration_s=time.monotonic() - self.started, tests=list(self.results.values()))
+            duration_s=time.monotonic() - self.started, tests=list(self.results.values()),
+            api_coverage=self.api_coverage)
         json_path = config.getoption("--conformance-json")
         report_dir = config.getoption("--conformance-report")
         if json_path:

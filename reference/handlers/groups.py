@@ -28,6 +28,7 @@ from reference.protocol.records import Record, build_batch, iter_batches
 from reference.transaction.partition import committed_records
 
 COORDINATOR_KEY_TYPES = {0: "group", 1: "transaction"}  # FindCoordinator KeyType
+GROUP_KEY_TYPE = 0
 BATCHED_COORDINATOR_KEYS_VERSION = 4  # FindCoordinator v4+ (KIP-699)
 MULTI_GROUP_OFFSET_FETCH_VERSION = 8  # OffsetFetch v8+ (KIP-709)
 BATCHED_LEAVE_VERSION = 3  # LeaveGroup v3+ (KIP-345)
@@ -236,7 +237,8 @@ def handle_find_coordinator(broker: Broker, request, context: RequestContext) ->
     node = group_node(broker, context.now_ms)
     keys = (request.coordinator_keys if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION
             else [request.key])
-    found = [_find(broker, node, request.key_type, key, context.now_ms) for key in keys]
+    key_type = request.get("key_type", GROUP_KEY_TYPE)  # v0 has no key type: it finds group coordinators
+    found = [_find(broker, node, key_type, key, context.now_ms) for key in keys]
     if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION:
         return {"coordinators": [{"key": key, **each} for key, each in zip(keys, found)]}
     return found[0]

@@ -14,6 +14,7 @@ import pytest
 from suite_process import run_suite
 
 from conformance import ops
+from conformance.api_coverage import probe_api
 from conformance.plugin import verdict
 from conformance.target import Target
 from conformance.wire import ConnectionClosed, Finding, WireClient, WireTimeout
@@ -21,6 +22,7 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.framing import FrameDecoder
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, encode_response
+from reports.conformance import write_report
 
 TOPIC = "t"
 ADVERTISED = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (1, 12), ApiKey.CREATE_TOPICS: (2, 7),
@@ -201,6 +203,22 @@ def test_a_stopped_bootstrap_broker_is_never_asked(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("broker", ["close-on-fetch"], indirect=True)
+def test_api_coverage_names_the_advertised_versions_not_answered(broker, tmp_path):
+    with WireClient(broker.address) as wire:
+        fetch = probe_api(wire, ApiKey.FETCH, ADVERTISED[ApiKey.FETCH])
+        metadata = probe_api(wire, ApiKey.METADATA, ADVERTISED[ApiKey.METADATA])
+    assert fetch.answered == [] and sorted(fetch.failed) == list(range(4, 13))
+    assert "FETCH v4 (correlation id 1)" in fetch.failed[4] and "closed the connection" in fetch.failed[4]
+    assert metadata.answered == list(range(1, 13)) and not metadata.failed  # on fresh connections
+    document = {"target": {"bootstrap_servers": broker.address}, "started_at": "now", "duration_s": 1.0,
+                "totals": {"passed": 0, "failed": 0, "skipped": 0}, "tests": [],
+                "api_coverage": [fetch.to_json(), metadata.to_json()]}
+    page = (write_report(document, tmp_path)).read_text()
+    assert "<th>advertised</th>" in page and "v4-v12" in page and "v1-v12" in page
+    assert "FETCH v12 (correlation id 9)" in page
 
 
 def test_an_exception_the_checks_did_not_anticipate_is_reported_with_the_last_request():
