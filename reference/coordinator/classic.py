@@ -261,20 +261,28 @@ class ClassicGroup:
 
     def validate_offset_commit(self, *, member_id: str, group_instance_id: str | None, generation_id: int,
                                now_ms: int) -> ErrorCode:
-        """Kafka's rules for a commit to a classic group: a simple (admin) commit only while
-        the group is empty; otherwise a current member of the current generation."""
+        """Kafka's rules for a commit to a classic group (ClassicGroup.validateOffsetCommit): a
+        simple (admin) commit only while the group is empty; otherwise a current member of the
+        current generation, checked before the rebalance state, so a member of an older
+        generation learns ILLEGAL_GENERATION (and rejoins) rather than REBALANCE_IN_PROGRESS;
+        a current member's commit waits for the end of the rebalance."""
         if self.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self.state == EMPTY:
             return ErrorCode.NONE
-        if self.is_static_member_fenced(member_id, group_instance_id):
-            return ErrorCode.FENCED_INSTANCE_ID
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            if group_instance_id is not None and group_instance_id not in self.static_members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if self.is_static_member_fenced(member_id, group_instance_id):
+                return ErrorCode.FENCED_INSTANCE_ID
+            if member_id not in self.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation_id != self.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        else:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # a commit without member and generation, to a group in use
         if self.state == COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
-        if member_id not in self.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation_id != self.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         self.members[member_id].last_heartbeat_ms = now_ms
         return ErrorCode.NONE
 

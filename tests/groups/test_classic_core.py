@@ -210,6 +210,21 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress():
     assert errors == [ErrorCode.REBALANCE_IN_PROGRESS]
 
 
+def test_commit_of_the_previous_generation_during_completing_rebalance_is_illegal_generation():
+    """Kafka checks the member and its generation before the rebalance state: a member that
+    missed a generation learns ILLEGAL_GENERATION (and rejoins), not REBALANCE_IN_PROGRESS."""
+    c = coordinator(initial_delay_ms=0)
+    a = member_id_for(c, "a0")
+    first = join(c, "a1", a)["a1"]["generation_id"]
+    sync(c, "s", a, first, {a: b"A"})
+    b = member_id_for(c, "b0")
+    assert join(c, "b1", b) == {} and set(join(c, "a2", a)) == {"a2", "b1"}  # generation first+1 syncs
+    assert c.groups["g"].state == "CompletingRebalance"
+    errors, effects = c.commit_offsets(group_id="g", member_id=a, group_instance_id=None, generation_id=first,
+                                       offsets=[OffsetCommit("t", 0, 1, -1, "")], now_ms=0)
+    assert errors == [ErrorCode.ILLEGAL_GENERATION] and effects.records == []
+
+
 def test_offset_metadata_over_the_limit_is_refused_per_partition():
     c = coordinator()
     errors, effects = c.commit_offsets(

@@ -1,0 +1,151 @@
+"""The classic group protocol at the wire (GRP-1): the coordinator's rules, request by request.
+
+Clients act on the exact error a coordinator answers, so the order of its checks matters:
+- an OffsetCommit carrying the previous generation, sent while the next generation is being
+  synced (CompletingRebalance), is ILLEGAL_GENERATION: Kafka checks the member and its
+  generation before the rebalance state (ClassicGroup.validateOffsetCommit), and a client
+  that sees ILLEGAL_GENERATION rejoins, where REBALANCE_IN_PROGRESS would have it retry;
+  a commit of the current generation in that window is REBALANCE_IN_PROGRESS.
+"""
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from conformance.capabilities import CLASSIC_GROUP_APIS
+from conformance.ops import expect
+from conformance.wire import answered_entry, error_name, request_name
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+
+COLUMN = "wire"
+JOIN_RANGE = (4, 9)  # v4 brings MEMBER_ID_REQUIRED (KIP-394); v9 skip_assignment (KIP-814)
+SYNC_RANGE = (3, 5)  # v3 brings group_instance_id (KIP-345)
+OFFSET_COMMIT_RANGE = (7, 9)  # v7 brings group_instance_id; v10 names topics by id
+FIND_COORDINATOR_RANGE = (1, 3)  # v4 batches keys
+SESSION_TIMEOUT_MS = 30_000
+REBALANCE_TIMEOUT_MS = 30_000
+JOIN_ANSWER_S = 45.0  # group.initial.rebalance.delay.ms (3 s) plus a loaded broker's slack
+COORDINATOR_WAIT_S = 30.0
+POLL_S = 0.2
+GROUP_COORDINATOR = 0  # FindCoordinator key_type
+PROTOCOL = "range"
+
+
+def _subscription(topic: str) -> bytes:
+    """ConsumerProtocolSubscription v0: the topics, no user data."""
+    name = topic.encode()
+    return struct.pack(">hih", 0, 1, len(name)) + name + struct.pack(">i", -1)
+
+
+class ClassicMember:
+    """One member of a classic group, on its own connection to the group's coordinator."""
+
+    def __init__(self, target, coordinator: str, group: str, topic: str, instance_id: str | None = None) -> None:
+        caps = target.capabilities
+        self.join_version = caps.version_or_skip(ApiKey.JOIN_GROUP, *JOIN_RANGE)
+        self.sync_version = caps.version_or_skip(ApiKey.SYNC_GROUP, *SYNC_RANGE)
+        self.commit_version = caps.version_or_skip(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_RANGE)
+        self.wire = target.wire(coordinator)
+        self.group, self.topic, self.instance_id = group, topic, instance_id
+        self.member_id = ""
+        self.generation_id = -1
+        self._pending_join: int | None = None
+
+    def send_join(self) -> None:
+        self._pending_join = self.wire.send(ApiKey.JOIN_GROUP, self.join_version, {
+            "group_id": self.group, "session_timeout_ms": SESSION_TIMEOUT_MS,
+            "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS, "member_id": self.member_id,
+            "group_instance_id": self.instance_id, "protocol_type": "consumer",
+            "protocols": [{"name": PROTOCOL, "metadata": _subscription(self.topic)}]})
+
+    def receive_join(self):
+        """The JoinGroup answer; a MEMBER_ID_REQUIRED answer (KIP-394) is followed by the join
+        with the id it hands out, as clients do."""
+        response = self.wire.receive(ApiKey.JOIN_GROUP, self.join_version, self._pending_join, timeout_s=JOIN_ANSWER_S)
+        self.member_id = response.member_id or self.member_id
+        if response.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+            self.send_join()
+            return self.receive_join()
+        expect(response.error_code == ErrorCode.NONE,
+               f"{request_name(ApiKey.JOIN_GROUP, self.join_version)} to {self.group} to succeed",
+               error_name(response.error_code))
+        self.generation_id = response.generation_id
+        return response
+
+    def join(self):
+        self.send_join()
+        return self.receive_join()
+
+    def sync(self, assignments: dict[str, bytes] | None = None):
+        response = self.wire.request(ApiKey.SYNC_GROUP, self.sync_version, {
+            "group_id": self.group, "generation_id": self.generation_id, "member_id": self.member_id,
+            "group_instance_id": self.instance_id, "protocol_type": "consumer", "protocol_name": PROTOCOL,
+            "assignments": [{"member_id": m, "assignment": a} for m, a in (assignments or {}).items()]})
+        expect(response.error_code == ErrorCode.NONE,
+               f"{request_name(ApiKey.SYNC_GROUP, self.sync_version)} of generation {self.generation_id} to succeed",
+               error_name(response.error_code))
+
+    def commit(self, generation_id: int, offset: int) -> int:
+        """The error code of an OffsetCommit of partition 0 at `offset` carrying generation_id."""
+        response = self.wire.request(ApiKey.OFFSET_COMMIT, self.commit_version, {
+            "group_id": self.group, "generation_id_or_member_epoch": generation_id, "member_id": self.member_id,
+            "group_instance_id": self.instance_id, "retention_time_ms": -1,
+            "topics": [{"name": self.topic, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                             "committed_leader_epoch": -1,
+                                                             "committed_metadata": None}]}]})
+        request = f"{request_name(ApiKey.OFFSET_COMMIT, self.commit_version)} of {self.topic}-0 to {self.group}"
+        answered = answered_entry(request, response.topics, "name", self.topic, "topic")
+        return answered_entry(request, answered.partitions, "partition_index", 0, "partition").error_code
+
+    def close(self) -> None:
+        self.wire.close()
+
+
+def group_coordinator(target, group: str) -> str:
+    """The address of group's coordinator (FindCoordinator, asked again while it loads)."""
+    version = target.capabilities.version_or_skip(ApiKey.FIND_COORDINATOR, *FIND_COORDINATOR_RANGE)
+    deadline = time.monotonic() + COORDINATOR_WAIT_S
+    while True:
+        with target.wire() as wire:
+            found = wire.request(ApiKey.FIND_COORDINATOR, version, {"key": group, "key_type": GROUP_COORDINATOR})
+        if found.error_code == ErrorCode.NONE:
+            return f"{found.host}:{found.port}"
+        expect(found.error_code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+               and time.monotonic() < deadline, f"FindCoordinator for group {group} to succeed",
+               error_name(found.error_code))
+        time.sleep(POLL_S)
+
+
+@pytest.mark.guarantee("GRP-1")
+def test_an_offset_commit_of_the_previous_generation_is_an_illegal_generation_during_a_rebalance(target):
+    target.capabilities.require("a classic consumer group", *CLASSIC_GROUP_APIS)
+    topic = target.create_topic("commit-generation")
+    group = target.new_topic_name("commit-generation")
+    coordinator = group_coordinator(target, group)
+    first = ClassicMember(target, coordinator, group, topic)
+    second = ClassicMember(target, coordinator, group, topic)
+    try:
+        first.join()
+        first.sync({first.member_id: b""})
+        previous = first.generation_id
+        second.send_join()  # the group prepares a rebalance; the first member learns of it and rejoins
+        first.send_join()
+        second.receive_join()
+        first.receive_join()  # generation previous+1, CompletingRebalance until the leader syncs
+        expect(first.generation_id > previous, f"a new generation after generation {previous}",
+               f"generation {first.generation_id}")
+        stale = first.commit(previous, 1)
+        current = first.commit(first.generation_id, 1)
+    finally:
+        first.close()
+        second.close()
+    expect(stale == ErrorCode.ILLEGAL_GENERATION,
+           f"ILLEGAL_GENERATION (22) for an OffsetCommit of generation {previous} while generation "
+           f"{previous + 1} syncs: Kafka checks the generation before the rebalance state "
+           "(ClassicGroup.validateOffsetCommit)", error_name(stale))
+    expect(current == ErrorCode.REBALANCE_IN_PROGRESS,
+           f"REBALANCE_IN_PROGRESS (27) for an OffsetCommit of generation {previous + 1} before its SyncGroup",
+           error_name(current))
