@@ -5,7 +5,10 @@ Clients act on the exact error a coordinator answers, so the order of its checks
   synced (CompletingRebalance), is ILLEGAL_GENERATION: Kafka checks the member and its
   generation before the rebalance state (ClassicGroup.validateOffsetCommit), and a client
   that sees ILLEGAL_GENERATION rejoins, where REBALANCE_IN_PROGRESS would have it retry;
-  a commit of the current generation in that window is REBALANCE_IN_PROGRESS.
+  a commit of the current generation in that window is REBALANCE_IN_PROGRESS;
+- a static member (KIP-345) that restarts while it leads a stable group takes its place under
+  a new member id without a rebalance: same generation, the other members keep heartbeating,
+  and from JoinGroup v9 the answer says it leads and should skip the assignment (KIP-814).
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from reference.protocol.errors import ErrorCode
 COLUMN = "wire"
 JOIN_RANGE = (4, 9)  # v4 brings MEMBER_ID_REQUIRED (KIP-394); v9 skip_assignment (KIP-814)
 SYNC_RANGE = (3, 5)  # v3 brings group_instance_id (KIP-345)
+HEARTBEAT_RANGE = (3, 4)  # v3 brings group_instance_id
+SKIP_ASSIGNMENT_VERSION = 9  # KIP-814
 OFFSET_COMMIT_RANGE = (7, 9)  # v7 brings group_instance_id; v10 names topics by id
 FIND_COORDINATOR_RANGE = (1, 3)  # v4 batches keys
 SESSION_TIMEOUT_MS = 30_000
@@ -45,6 +50,7 @@ class ClassicMember:
 
     def __init__(self, target, coordinator: str, group: str, topic: str, instance_id: str | None = None) -> None:
         caps = target.capabilities
+        self.heartbeat_version = caps.version_or_skip(ApiKey.HEARTBEAT, *HEARTBEAT_RANGE)
         self.join_version = caps.version_or_skip(ApiKey.JOIN_GROUP, *JOIN_RANGE)
         self.sync_version = caps.version_or_skip(ApiKey.SYNC_GROUP, *SYNC_RANGE)
         self.commit_version = caps.version_or_skip(ApiKey.OFFSET_COMMIT, *OFFSET_COMMIT_RANGE)
@@ -87,6 +93,11 @@ class ClassicMember:
         expect(response.error_code == ErrorCode.NONE,
                f"{request_name(ApiKey.SYNC_GROUP, self.sync_version)} of generation {self.generation_id} to succeed",
                error_name(response.error_code))
+
+    def heartbeat(self) -> int:
+        return self.wire.request(ApiKey.HEARTBEAT, self.heartbeat_version, {
+            "group_id": self.group, "generation_id": self.generation_id, "member_id": self.member_id,
+            "group_instance_id": self.instance_id}).error_code
 
     def commit(self, generation_id: int, offset: int) -> int:
         """The error code of an OffsetCommit of partition 0 at `offset` carrying generation_id."""
@@ -149,3 +160,39 @@ def test_an_offset_commit_of_the_previous_generation_is_an_illegal_generation_du
     expect(current == ErrorCode.REBALANCE_IN_PROGRESS,
            f"REBALANCE_IN_PROGRESS (27) for an OffsetCommit of generation {previous + 1} before its SyncGroup",
            error_name(current))
+
+
+@pytest.mark.guarantee("GRP-1")
+def test_a_restarted_static_leader_rejoins_without_a_rebalance(target):
+    target.capabilities.require("a classic consumer group", *CLASSIC_GROUP_APIS)
+    topic = target.create_topic("static-leader")
+    group = target.new_topic_name("static-leader")
+    coordinator = group_coordinator(target, group)
+    members = [ClassicMember(target, coordinator, group, topic, instance_id=f"instance-{i}") for i in (1, 2)]
+    restarted = None
+    try:
+        for member in members:
+            member.send_join()
+        answers = [member.receive_join() for member in members]
+        leader_index = next(i for i, a in enumerate(answers) if a.leader == a.member_id)
+        leader, follower = members[leader_index], members[1 - leader_index]
+        generation = leader.generation_id
+        leader.sync({m.member_id: b"" for m in members})
+        follower.sync()
+        restarted = ClassicMember(target, coordinator, group, topic, instance_id=leader.instance_id)
+        answer = restarted.join()  # a new process: no member id, the same group.instance.id
+        heartbeat = follower.heartbeat()
+    finally:
+        for member in members + ([restarted] if restarted else []):
+            member.close()
+    join = request_name(ApiKey.JOIN_GROUP, restarted.join_version)
+    expect(answer.generation_id == generation and answer.member_id != leader.member_id,
+           f"{join} of the restarted static leader ({leader.instance_id}) answered in generation {generation} with "
+           "a new member id: no rebalance (KIP-345)", f"generation {answer.generation_id}, member id "
+           f"{answer.member_id!r} (was {leader.member_id!r})")
+    expect(heartbeat == ErrorCode.NONE, f"the other member's Heartbeat of generation {generation} answered NONE: the "
+           "group stays stable when its static leader restarts (KIP-814)", error_name(heartbeat))
+    if restarted.join_version >= SKIP_ASSIGNMENT_VERSION:
+        expect(answer.skip_assignment and answer.leader == answer.member_id,
+               f"{join} to name the restarted member the leader with skip_assignment=true (KIP-814)",
+               f"leader {answer.leader!r}, member id {answer.member_id!r}, skip_assignment {answer.skip_assignment}")

@@ -342,12 +342,12 @@ class ClassicGroup:
         effects.reply(token, {"error_code": error, "generation_id": NO_GENERATION, "protocol_type": None,
                               "protocol_name": None, "leader": "", "member_id": member_id, "members": []})
 
-    def _join_response(self, member: ClassicMember) -> dict:
+    def _join_response(self, member: ClassicMember, skip_assignment: bool = False) -> dict:
         is_leader = member.member_id == self.leader_id
         return {
             "error_code": ErrorCode.NONE, "generation_id": self.generation_id,
             "protocol_type": self.protocol_type, "protocol_name": self.protocol_name,
-            "leader": self.leader_id, "skip_assignment": False, "member_id": member.member_id,
+            "leader": self.leader_id, "skip_assignment": skip_assignment, "member_id": member.member_id,
             "members": [
                 {"member_id": each.member_id, "group_instance_id": each.group_instance_id,
                  "metadata": each.metadata(self.protocol_name)}
@@ -391,7 +391,9 @@ class ClassicGroup:
     def _replace_static_member(self, token: Any, member_id: str, member_fields: dict, now_ms: int,
                                effects: Effects) -> None:
         """KIP-345: a static member that restarts gets a new member id and takes the old one's
-        place without a rebalance; the old id is fenced."""
+        place without a rebalance; the old id is fenced. The leader too (KIP-814): it is told it
+        leads, with the members, and to skip the assignment (JoinGroup v9's skip_assignment),
+        since the stable group keeps the assignment it has."""
         instance_id = member_fields["group_instance_id"]
         old = self.members.pop(self.static_members[instance_id])
         for parked in (old.join_token, old.sync_token):
@@ -404,9 +406,9 @@ class ClassicGroup:
         was_leader = self.leader_id == old.member_id
         if was_leader:
             self.leader_id = member_id
-        if self.state == STABLE and not was_leader and member.protocols == old.protocols:
+        if self.state == STABLE and member.protocols == old.protocols:
             self._store(effects)
-            effects.reply(token, self._join_response(member))
+            effects.reply(token, self._join_response(member, skip_assignment=was_leader))
             return
         member.join_token = token
         if self.state == PREPARING_REBALANCE:

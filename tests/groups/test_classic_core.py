@@ -183,6 +183,23 @@ def test_static_member_restart_keeps_its_assignment_without_rebalance():
     assert fenced == ErrorCode.FENCED_INSTANCE_ID
 
 
+def test_static_leader_restart_skips_the_assignment_without_rebalance():
+    """KIP-814: the restarted leader gets a new member id, the same generation, the members,
+    and skip_assignment; the group stays Stable with the assignment it had."""
+    c = coordinator(initial_delay_ms=0)
+    leader = join(c, "l1", instance_id="instance-1")["l1"]
+    sync(c, "s1", leader["member_id"], leader["generation_id"], {leader["member_id"]: b"all"})
+    group = c.groups["g"]
+    assert group.state == "Stable" and group.leader_id == leader["member_id"]
+    restarted = join(c, "r", instance_id="instance-1")["r"]
+    assert restarted["error_code"] == ErrorCode.NONE and restarted["skip_assignment"] is True
+    assert restarted["generation_id"] == leader["generation_id"] and restarted["member_id"] != leader["member_id"]
+    assert restarted["leader"] == restarted["member_id"] and len(restarted["members"]) == 1
+    assert group.state == "Stable"
+    replies = sync(c, "s2", restarted["member_id"], restarted["generation_id"])
+    assert replies["s2"]["assignment"] == b"all"
+
+
 def test_commit_from_unknown_member_or_stale_generation_changes_nothing():
     c = coordinator()
     a, _, generation = stable_group_of_two(c)
