@@ -208,8 +208,8 @@ def verdict(guarantees: str, excinfo: pytest.ExceptionInfo) -> str:
     if isinstance(error, pytest.fail.Exception):
         return f"{guarantees}: {error.msg}"
     entry = excinfo.traceback[-1]
-    return (f"{guarantees}: the check could not read the broker's answer ({excinfo.typename}: {error} at "
-            f"{Path(str(entry.path)).name}:{entry.lineno + 1}); last request: {WireClient.last_exchange}")
+    return (f"{guarantees}: the check stopped on {excinfo.typename}: {error} at {Path(str(entry.path)).name}:"
+            f"{entry.lineno + 1}, an answer it did not anticipate; last request: {WireClient.last_exchange}")
 
 
 def _message(report: pytest.TestReport) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from reference.coordinator.consumer import ConsumerGroupConfig
 from reference.coordinator.coordinator import GroupCoordinator, GroupCoordinatorConfig, OffsetCommit
 from reference.coordinator.effects import Effects
 from reference.coordinator.records import CONSUMER_OFFSETS_TOPIC, encode_key
+from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -35,7 +36,6 @@ BATCHED_LEAVE_VERSION = 3  # LeaveGroup v3+ (KIP-345)
 REQUIRE_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+ (KIP-394)
 NO_OFFSET = -1
 READ_BYTES_MAX = 1 << 20
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 OFFSETS_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms: how long a coordinator write waits for the ISR
 ACKS_ALL = -1
 
@@ -353,10 +353,11 @@ def handle_consumer_group_heartbeat(broker: Broker, request, context: RequestCon
 def handle_consumer_group_describe(broker: Broker, request, context: RequestContext) -> dict:
     node = group_node(broker, context.now_ms)
     topics = node.topics()
+    operations = authorized_operations("group", request.include_authorized_operations)
     return {"throttle_time_ms": 0, "groups": [
         {**node.coordinator.describe_consumer_group(group_id, topics),
-         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED} if not (error := node.error_for(group_id))
-        else {"group_id": group_id, "error_code": error, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+         "authorized_operations": operations} if not (error := node.error_for(group_id))
+        else {"group_id": group_id, "error_code": error, "authorized_operations": authorized_operations("group", False)}
         for group_id in request.group_ids]}
 
 
@@ -453,16 +454,17 @@ def handle_offset_delete(broker: Broker, request, context: RequestContext) -> di
 
 def handle_describe_groups(broker: Broker, request, context: RequestContext) -> dict:
     node = group_node(broker, context.now_ms)
+    operations = authorized_operations("group", request.get("include_authorized_operations", False))  # v3+
     groups = []
     for group_id in request.groups:
         if error := node.error_for(group_id):
             groups.append({"group_id": group_id, "error_code": error,
-                           "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                           "authorized_operations": authorized_operations("group", False)})
             continue
         described = node.coordinator.describe_group(group_id)
         if context.api_version < 6 and described["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND:
             described["error_code"] = ErrorCode.NONE  # before v6 a missing group is described as Dead
-        groups.append({**described, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+        groups.append({**described, "authorized_operations": operations})
     return {"throttle_time_ms": 0, "groups": groups}
 
 

@@ -226,8 +226,7 @@ def test_an_exception_the_checks_did_not_anticipate_is_reported_with_the_last_re
     with pytest.raises(IndexError) as raised:
         [][0]
     line = verdict("ORD-3", raised)
-    assert line.startswith("ORD-3: the check could not read the broker's answer (IndexError: list index out of "
-                           "range at test_verdicts.py:"), line
+    assert line.startswith("ORD-3: the check stopped on IndexError: list index out of range at test_verdicts.py:"), line
     assert line.endswith("last request: FETCH v12 (correlation id 4) sent to 127.0.0.1:1: answered")
 
 
