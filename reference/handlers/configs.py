@@ -16,16 +16,22 @@ from reference.handlers.context import RequestContext
 from reference.node.broker import Broker
 from reference.node.metadata import BROKER_RESOURCE, TOPIC_RESOURCE
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.storage.config import LogConfig
+from reference.storage.config import BOOLEAN_CONFIGS, LogConfig
 
 # DescribeConfigsResponse ConfigSource.
 TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # DescribeConfigsResponse ConfigType (KIP-569).
-CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_LIST = 2, 3, 5, 7
-LIST_CONFIGS = frozenset({"cleanup.policy"})
-INT_CONFIGS = frozenset({"segment.bytes", "max.message.bytes", "min.insync.replicas", "index.interval.bytes"})
+CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = (
+    1, 2, 3, 5, 6, 7)
+LIST_CONFIGS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
+                          "follower.replication.throttled.replicas"})
+INT_CONFIGS = frozenset({"segment.bytes", "max.message.bytes", "min.insync.replicas", "index.interval.bytes",
+                         "segment.index.bytes", "compression.gzip.level", "compression.lz4.level",
+                         "compression.zstd.level"})
+STRING_CONFIGS = frozenset({"message.timestamp.type", "compression.type"})
+DOUBLE_CONFIGS = frozenset({"min.cleanable.dirty.ratio"})
 # IncrementalAlterConfigs operations (KIP-339).
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -167,11 +173,13 @@ def _check_broker_name(broker: Broker, resource_name: str) -> None:
 
 
 def _config_type(name: str) -> int:
-    if name in LIST_CONFIGS:
-        return CONFIG_TYPE_LIST
-    if name in INT_CONFIGS:
-        return CONFIG_TYPE_INT
-    return CONFIG_TYPE_STRING if name == "message.timestamp.type" else CONFIG_TYPE_LONG
+    """A topic config's type as Kafka's LogConfig defines it (DescribeConfigs ConfigType, KIP-569)."""
+    for names, config_type in ((LIST_CONFIGS, CONFIG_TYPE_LIST), (INT_CONFIGS, CONFIG_TYPE_INT),
+                               (STRING_CONFIGS, CONFIG_TYPE_STRING), (DOUBLE_CONFIGS, CONFIG_TYPE_DOUBLE),
+                               (BOOLEAN_CONFIGS, CONFIG_TYPE_BOOLEAN)):
+        if name in names:
+            return config_type
+    return CONFIG_TYPE_LONG
 
 
 def _text(value: object) -> str:

@@ -422,6 +422,10 @@ class TxnNode:
             if error in VERIFICATION_RETRIABLE:
                 raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, f"verifying {topic_partition} with the coordinator "
                                  f"of {transactional_id!r}: {error.name}")
+            if error == ErrorCode.PRODUCER_FENCED:  # as Kafka's AddPartitionsToTxnManager answers a Produce:
+                raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,  # clients take it as fatal, fenced
+                                 f"producer {batch.producer_id} epoch {batch.producer_epoch} of {transactional_id!r} "
+                                 "was fenced by a newer epoch")
             if error != ErrorCode.NONE:
                 raise KafkaError(error, f"{topic_partition} is not in the transaction of {transactional_id!r}")
         transactions.check_transactional_append(batch, guard)
