@@ -305,6 +305,18 @@ class ClassicGroup:
                 if member_id in self.members:
                     self._remove_member(member_id, now_ms, effects)
 
+    def next_deadline_ms(self) -> int | None:
+        """When tick has something to do next: a session or a handed-out member id that runs
+        out, the end of the join delay or of the join or sync phase; None when nothing waits."""
+        deadlines = list(self.pending_members.values())
+        deadlines += [m.last_heartbeat_ms + m.session_timeout_ms for m in self.members.values()
+                      if m.join_token is None and m.sync_token is None]
+        if self.state == PREPARING_REBALANCE:
+            deadlines += [self.join_deadline_ms, self.initial_delay_until_ms]
+        elif self.state == COMPLETING_REBALANCE:
+            deadlines.append(self.sync_deadline_ms)
+        return min(deadlines, default=None)
+
     def make_dead(self, effects: Effects) -> None:
         """The group is deleted (DeleteGroups or offsets expiry of an empty group)."""
         assert self.is_empty(), self.group_id

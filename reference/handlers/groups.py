@@ -222,6 +222,11 @@ def has_group_node(broker: Broker) -> bool:
     return broker in _nodes
 
 
+def groups_next_deadline_ms(broker: Broker) -> int | None:
+    """When the group coordinator's timers next have work (None before any group request)."""
+    return _nodes[broker].coordinator.next_deadline_ms() if broker in _nodes else None
+
+
 def tick_groups(broker: Broker, now_ms: int) -> None:
     """The coordinator's timers: session, rebalance and join-delay deadlines, offsets retention."""
     node = group_node(broker, now_ms)

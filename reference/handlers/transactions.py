@@ -455,6 +455,11 @@ def txn_node(broker: Broker, now_ms: int) -> TxnNode:
     return node
 
 
+def transactions_next_deadline_ms(broker: Broker) -> int | None:
+    """When the transaction coordinator's timer next has work (None before it exists)."""
+    return _nodes[broker].coordinator.next_deadline_ms() if broker in _nodes else None
+
+
 def tick_transactions(broker: Broker, now_ms: int) -> None:
     txn_node(broker, now_ms).tick(now_ms)
 

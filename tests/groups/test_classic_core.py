@@ -133,6 +133,18 @@ def test_session_timeout_removes_a_silent_member_and_rebalances():
     assert replies["a2"]["generation_id"] == generation + 1 and replies["a2"]["leader"] == a
 
 
+def test_the_next_deadline_is_the_first_session_to_run_out():
+    """The shell's timer sleeps until next_deadline_ms, so a session expires when it is due."""
+    c = coordinator()
+    a, b, generation = stable_group_of_two(c)
+    c.heartbeat(group_id="g", member_id=a, group_instance_id=None, generation_id=generation, now_ms=DELAY_MS + 500)
+    assert c.groups["g"].next_deadline_ms() == DELAY_MS + SESSION_MS  # b's session, a's runs 500 ms longer
+    c.tick(DELAY_MS + SESSION_MS - 1)
+    assert b in c.groups["g"].members
+    c.tick(DELAY_MS + SESSION_MS)
+    assert b not in c.groups["g"].members
+
+
 def test_rebalance_timeout_drops_members_that_do_not_rejoin():
     c = coordinator()
     a, b, generation = stable_group_of_two(c)
