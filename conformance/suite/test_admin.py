@@ -132,7 +132,7 @@ def test_describe_answers_the_authorized_operations_it_was_asked_for(admin, targ
     from confluent_kafka.admin import AclOperation
 
     caps = target.capabilities
-    caps.require("authorized operations", ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_GROUPS)
+    caps.require("authorized operations", ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_GROUPS)
     topic = target.create_topic("authorized-operations")
     group = target.new_topic_name("authorized-operations")
     committed = admin.alter_consumer_group_offsets(  # an empty classic group, as a simple consumer makes

@@ -6,6 +6,7 @@ Clients act on the exact error a coordinator answers, so the order of its checks
   generation before the rebalance state (ClassicGroup.validateOffsetCommit), and a client
   that sees ILLEGAL_GENERATION rejoins, where REBALANCE_IN_PROGRESS would have it retry;
   a commit of the current generation in that window is REBALANCE_IN_PROGRESS;
+- DescribeConfigs of a group (Kafka 4.0's GROUP resource) answers its consumer.* configs;
 - a static member (KIP-345) that restarts while it leads a stable group takes its place under
   a new member id without a rebalance: same generation, the other members keep heartbeating,
   and from JoinGroup v9 the answer says it leads and should skip the assignment (KIP-814).
@@ -36,6 +37,9 @@ JOIN_ANSWER_S = 45.0  # group.initial.rebalance.delay.ms (3 s) plus a loaded bro
 COORDINATOR_WAIT_S = 30.0
 POLL_S = 0.2
 GROUP_COORDINATOR = 0  # FindCoordinator key_type
+DESCRIBE_CONFIGS_RANGE = (1, 4)
+GROUP_RESOURCE = 32  # ConfigResource type GROUP (Kafka 4.0)
+GROUP_CONFIGS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")  # Kafka 4.0's GroupConfig
 PROTOCOL = "range"
 
 
@@ -196,3 +200,28 @@ def test_a_restarted_static_leader_rejoins_without_a_rebalance(target):
         expect(answer.skip_assignment and answer.leader == answer.member_id,
                f"{join} to name the restarted member the leader with skip_assignment=true (KIP-814)",
                f"leader {answer.leader!r}, member id {answer.member_id!r}, skip_assignment {answer.skip_assignment}")
+
+
+@pytest.mark.guarantee("GRP-1")
+def test_a_group_s_configs_are_described(target):
+    """Kafka 4.0 gives consumer groups configs of their own (the GROUP config resource, KIP-848):
+    DescribeConfigs of a group answers consumer.session.timeout.ms and consumer.heartbeat.interval.ms,
+    the broker's group.consumer.* defaults unless the group overrides them."""
+    caps = target.capabilities
+    if not caps.offers_consumer_groups:
+        pytest.skip("group configs come with KIP-848 consumer groups (ConsumerGroupHeartbeat), which the broker "
+                    "does not offer")
+    version = caps.version_or_skip(ApiKey.DESCRIBE_CONFIGS, *DESCRIBE_CONFIGS_RANGE)
+    group = target.new_topic_name("group-configs")
+    with target.wire() as wire:
+        response = wire.request(ApiKey.DESCRIBE_CONFIGS, version, {
+            "resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group, "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+    request = f"{request_name(ApiKey.DESCRIBE_CONFIGS, version)} of group {group}"
+    result = answered_entry(request, response.results, "resource_name", group, "resource")
+    expect(result.error_code == ErrorCode.NONE, f"{request} (GROUP resource, type 32) to succeed, as Kafka 4.0 "
+           "answers it", f"{error_name(result.error_code)}: {result.get('error_message')}")
+    described = {entry.name: entry.value for entry in result.configs}
+    missing = [name for name in GROUP_CONFIGS if not (described.get(name) or "").isdigit()]
+    expect(not missing, f"{request} to give {', '.join(GROUP_CONFIGS)} in milliseconds",
+           f"{', '.join(missing)} missing among {sorted(described)}")
