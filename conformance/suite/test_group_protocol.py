@@ -89,6 +89,24 @@ class ClassicMember:
         self.send_join()
         return self.receive_join()
 
+    def obtain_member_id(self) -> None:
+        """The first JoinGroup of KIP-394: the coordinator hands out a member id and, until the
+        join that uses it, holds any rebalance for it (a pending member)."""
+        self.send_join()
+        response = self.wire.receive(ApiKey.JOIN_GROUP, self.join_version, self._pending_join, timeout_s=JOIN_ANSWER_S)
+        expect(response.error_code == ErrorCode.MEMBER_ID_REQUIRED,
+               f"MEMBER_ID_REQUIRED (79) for a {request_name(ApiKey.JOIN_GROUP, self.join_version)} without a member "
+               "id (KIP-394)", error_name(response.error_code))
+        self.member_id = response.member_id
+
+    def await_rebalance(self) -> None:
+        """Heartbeat until the coordinator answers REBALANCE_IN_PROGRESS, as a client learns it must rejoin."""
+        deadline = time.monotonic() + JOIN_ANSWER_S
+        while (error := self.heartbeat()) == ErrorCode.NONE and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        expect(error == ErrorCode.REBALANCE_IN_PROGRESS, f"Heartbeat of {self.member_id} to answer "
+               "REBALANCE_IN_PROGRESS once another member joins", error_name(error))
+
     def sync(self, assignments: dict[str, bytes] | None = None):
         response = self.wire.request(ApiKey.SYNC_GROUP, self.sync_version, {
             "group_id": self.group, "generation_id": self.generation_id, "member_id": self.member_id,
@@ -119,6 +137,18 @@ class ClassicMember:
         self.wire.close()
 
 
+def _second_member_joins(first: ClassicMember, second: ClassicMember):
+    """second joins the stable group of first; first learns of the rebalance by heartbeat and
+    rejoins; returns first's answer, of the new generation (not yet synced)."""
+    if second.instance_id is None:
+        second.obtain_member_id()
+    second.send_join()
+    first.await_rebalance()
+    first.send_join()
+    second.receive_join()
+    return first.receive_join()
+
+
 def group_coordinator(target, group: str) -> str:
     """The address of group's coordinator (FindCoordinator, asked again while it loads)."""
     version = target.capabilities.version_or_skip(ApiKey.FIND_COORDINATOR, *FIND_COORDINATOR_RANGE)
@@ -146,10 +176,7 @@ def test_an_offset_commit_of_the_previous_generation_is_an_illegal_generation_du
         first.join()
         first.sync({first.member_id: b""})
         previous = first.generation_id
-        second.send_join()  # the group prepares a rebalance; the first member learns of it and rejoins
-        first.send_join()
-        second.receive_join()
-        first.receive_join()  # generation previous+1, CompletingRebalance until the leader syncs
+        _second_member_joins(first, second)  # generation previous+1, CompletingRebalance until the leader syncs
         expect(first.generation_id > previous, f"a new generation after generation {previous}",
                f"generation {first.generation_id}")
         stale = first.commit(previous, 1)
@@ -175,11 +202,10 @@ def test_a_restarted_static_leader_rejoins_without_a_rebalance(target):
     members = [ClassicMember(target, coordinator, group, topic, instance_id=f"instance-{i}") for i in (1, 2)]
     restarted = None
     try:
-        for member in members:
-            member.send_join()
-        answers = [member.receive_join() for member in members]
-        leader_index = next(i for i, a in enumerate(answers) if a.leader == a.member_id)
-        leader, follower = members[leader_index], members[1 - leader_index]
+        members[0].join()
+        members[0].sync({members[0].member_id: b""})
+        answer = _second_member_joins(*members)
+        leader, follower = members if answer.leader == members[0].member_id else members[::-1]
         generation = leader.generation_id
         leader.sync({m.member_id: b"" for m in members})
         follower.sync()
