@@ -23,6 +23,7 @@ from reference.protocol.errors import ErrorCode
 
 PROBE_CLUSTER_ID = "kspec-api-coverage-no-such-cluster"
 PROBE_TIMEOUT_MS = 1000
+PROBE_ANSWER_S = 5.0  # a minimal request asks for no waiting: its answer is due at once
 # Top-level request fields a minimal request sets (when its version has them) so that the broker
 # answers at once and changes nothing.
 MINIMAL_FIELDS = {
@@ -71,7 +72,7 @@ def probe_api(wire: WireClient, api_key: int, advertised: tuple[int, int]) -> Ap
             coverage.not_probed[version] = reason
             continue
         try:
-            response = wire.request(api_key, version, minimal_request(api_key, version))
+            response = wire.request(api_key, version, minimal_request(api_key, version), timeout_s=PROBE_ANSWER_S)
         except Finding as finding:
             coverage.failed[version] = str(finding)
             continue

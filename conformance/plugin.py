@@ -209,7 +209,8 @@ def verdict(guarantees: str, excinfo: pytest.ExceptionInfo) -> str:
         return f"{guarantees}: {error.msg}"
     entry = excinfo.traceback[-1]
     return (f"{guarantees}: the check stopped on {excinfo.typename}: {error} at {Path(str(entry.path)).name}:"
-            f"{entry.lineno + 1}, an answer it did not anticipate; last request: {WireClient.last_exchange}")
+            f"{entry.lineno + 1}, an answer it did not anticipate; the suite's last wire request: "
+            f"{WireClient.last_exchange}")
 
 
 def _message(report: pytest.TestReport) -> tuple[str, str]:

@@ -227,7 +227,7 @@ def test_an_exception_the_checks_did_not_anticipate_is_reported_with_the_last_re
         [][0]
     line = verdict("ORD-3", raised)
     assert line.startswith("ORD-3: the check stopped on IndexError: list index out of range at test_verdicts.py:"), line
-    assert line.endswith("last request: FETCH v12 (correlation id 4) sent to 127.0.0.1:1: answered")
+    assert line.endswith("last wire request: FETCH v12 (correlation id 4) sent to 127.0.0.1:1: answered")
 
 
 @pytest.mark.parametrize("broker", ["wrong-partition"], indirect=True)
