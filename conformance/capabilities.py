@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from conformance.wire import WireClient
+from conformance.wire import Finding, WireClient, error_name
 from reference.protocol import schema
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
@@ -106,7 +106,9 @@ class Capabilities:
 
 def read_api_versions(wire: WireClient) -> dict[int, tuple[int, int]]:
     response = wire.request(ApiKey.API_VERSIONS, 0, {})
-    assert response.error_code == ErrorCode.NONE, f"ApiVersions v0 answered error {response.error_code}"
+    if response.error_code != ErrorCode.NONE:
+        raise Finding(f"API_VERSIONS v0 to {wire.address}: answered {error_name(response.error_code)}; every "
+                      "Kafka broker answers ApiVersions v0 (KIP-35), the request every client opens with")
     return {entry.api_key: (entry.min_version, entry.max_version) for entry in response.api_keys}
 
 
@@ -114,7 +116,10 @@ def discover(wire: WireClient) -> Capabilities:
     api_versions = read_api_versions(wire)
     partial = Capabilities(api_versions, (), -1, None)
     metadata_version = partial.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
-    assert metadata_version is not None, f"broker advertises no Metadata version in v{METADATA_VERSION_RANGE}"
+    if metadata_version is None:
+        raise Finding(f"API_VERSIONS v0 to {wire.address}: advertises METADATA {api_versions.get(ApiKey.METADATA)}, "
+                      f"no version in v{METADATA_VERSION_RANGE[0]}-v{METADATA_VERSION_RANGE[1]}; Kafka 4.x "
+                      "offers Metadata v0-v13")
     metadata = wire.request(ApiKey.METADATA, metadata_version, {"topics": [], "allow_auto_topic_creation": False})
     brokers = tuple(sorted((BrokerNode(b.node_id, b.host, b.port) for b in metadata.brokers),
                            key=lambda b: b.node_id))

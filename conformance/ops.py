@@ -2,15 +2,16 @@
 
 Each operation picks the highest version that the broker, kspec's codec and the operation's
 own range allow (Capabilities.version), sends one exact request and returns the part of the
-response a test looks at. `expect` turns a failed check into a message that says what was
-expected and what was seen.
+response a test looks at; a response without the topic or partition asked for is a Finding
+that says so. `expect` turns a failed check into a message that says what was expected and
+what was seen.
 """
 from __future__ import annotations
 
 import time
 
 from conformance.capabilities import Capabilities
-from conformance.wire import WireClient
+from conformance.wire import Finding, WireClient, answered_entry, error_name, request_name
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.records import Record, RecordBatch, build_batch, iter_batches
 
@@ -53,7 +54,9 @@ def produce(wire: WireClient, caps: Capabilities, topic: str, records: bytes, *,
     version = caps.version_or_skip(ApiKey.PRODUCE, *PRODUCE_RANGE)
     response = wire.request(ApiKey.PRODUCE, version,
                             produce_body(topic, records, partition, acks, transactional_id, timeout_ms))
-    return response.responses[0].partition_responses[0]
+    request = f"{request_name(ApiKey.PRODUCE, version)} to {topic}-{partition} at {wire.address}"
+    answered = answered_entry(request, response.responses, "name", topic, "topic")
+    return answered_entry(request, answered.partition_responses, "index", partition, "partition")
 
 
 def produce_body(topic: str, records: bytes, partition: int, acks: int, transactional_id: str | None = None,
@@ -78,8 +81,12 @@ def fetch(wire: WireClient, caps: Capabilities, topic: str, offset: int, *, part
                                                      "current_leader_epoch": current_leader_epoch,
                                                      "partition_max_bytes": partition_max_bytes}]}],
         "forgotten_topics_data": [], "rack_id": ""}, timeout_s=timeout_s)
-    assert response.get("error_code", 0) == 0, f"Fetch answered top-level error {response.error_code}"
-    return response.responses[0].partitions[0]
+    request = f"{request_name(ApiKey.FETCH, version)} of {topic}-{partition} at offset {offset} from {wire.address}"
+    if response.get("error_code", 0) != 0:
+        raise Finding(f"{request}: answered the whole request with {error_name(response.error_code)}; Kafka's "
+                      "top-level Fetch error is for fetch sessions (KIP-227), and this request opens none")
+    answered = answered_entry(request, response.responses, "topic", topic, "topic")
+    return answered_entry(request, answered.partitions, "partition_index", partition, "partition")
 
 
 def batches_of(partition_data) -> list[RecordBatch]:
@@ -100,7 +107,7 @@ def read_batches(wire: WireClient, caps: Capabilities, topic: str, *, partition:
     offset = start_offset
     while True:
         data = fetch(wire, caps, topic, offset, partition=partition, isolation_level=isolation_level)
-        expect(data.error_code == 0, f"Fetch {topic}-{partition} at {offset} to succeed", f"error {data.error_code}")
+        expect(data.error_code == 0, f"Fetch {topic}-{partition} at {offset} to succeed", error_name(data.error_code))
         fetched = batches_of(data)
         if not fetched:
             return batches
@@ -124,7 +131,9 @@ def list_offset(wire: WireClient, caps: Capabilities, topic: str, timestamp: int
         "replica_id": -1, "isolation_level": isolation_level,
         "topics": [{"name": topic, "partitions": [{"partition_index": partition, "timestamp": timestamp,
                                                    "current_leader_epoch": -1}]}]})
-    return response.topics[0].partitions[0]
+    request = f"{request_name(ApiKey.LIST_OFFSETS, version)} of {topic}-{partition} (timestamp {timestamp})"
+    answered = answered_entry(request, response.topics, "name", topic, "topic")
+    return answered_entry(request, answered.partitions, "partition_index", partition, "partition")
 
 
 def high_watermark(wire: WireClient, caps: Capabilities, topic: str, partition: int = 0) -> int:

@@ -10,11 +10,14 @@ with ids from spec's catalogue; a test with a `client` argument runs once per se
 A test's column in the matrix is its client; else "wire" when it takes the `wire` fixture;
 else its module's COLUMN; else confluent-kafka.
 Results go to pytest's JUnit XML (with guarantee, client and reproduce properties), to a JSON
-document (--conformance-json) and to an HTML matrix guarantee x client (--conformance-report).
+document (--conformance-json) and to an HTML matrix guarantee x client (--conformance-report),
+with the API coverage table (advertised against answered) when the run probed the APIs.
+A failure's message is one verdict line: its guarantee ids, then what the check found.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
 import time
 from collections import Counter
@@ -25,9 +28,11 @@ import pytest
 from conformance.clients import CLIENTS, driver, unavailable_reason
 from conformance.results import Outcome, RunResult
 from conformance.target import Target
+from conformance.wire import WireClient
 from spec.catalogue import CATALOGUE
 
 SUITE_PACKAGE = "conformance.suite"
+API_COVERAGE_PROPERTY = "api_coverage"  # a test's user property holding the API coverage table (JSON)
 WIRE_COLUMN = "wire"
 DEFAULT_RDKAFKA_COLUMN = "confluent-kafka"
 
@@ -184,9 +189,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if not _is_suite(item) or not report.failed:
         return
     properties = dict(item.user_properties)
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and call.excinfo is not None:
+        crash.message = verdict(properties["guarantees"], call.excinfo)  # the line JUnit and the matrix show
     lines = [f"{g}: {CATALOGUE[g].statement} (holds when: {CATALOGUE[g].holds_when})"
              for g in properties["guarantees"].split()]
     report.sections.append(("kspec conformance", "\n".join(lines + [f"reproduce: {properties['reproduce']}"])))
+
+
+def verdict(guarantees: str, excinfo: pytest.ExceptionInfo) -> str:
+    """A failure as one verdict: the guarantee ids, then what the check found. A check's
+    AssertionError (a Finding of the wire layer, or an `expect`) already says what was expected
+    and what was seen; any other exception escaped the suite's own checks, and is reported with
+    the request it followed, so the verdict still says what the broker was asked."""
+    error = excinfo.value
+    if isinstance(error, AssertionError) and str(error):
+        return f"{guarantees}: {error}"
+    if isinstance(error, pytest.fail.Exception):
+        return f"{guarantees}: {error.msg}"
+    entry = excinfo.traceback[-1]
+    return (f"{guarantees}: the check stopped on {excinfo.typename}: {error} at {Path(str(entry.path)).name}:"
+            f"{entry.lineno + 1}, an answer it did not anticipate; the suite's last wire request: "
+            f"{WireClient.last_exchange}")
 
 
 def _message(report: pytest.TestReport) -> tuple[str, str]:
@@ -207,12 +231,15 @@ class Recorder:
         self.config = config
         self.started = time.monotonic()
         self.results: dict[str, Outcome] = {}
+        self.api_coverage: list[dict] = []
         self.run: RunResult | None = None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         properties = dict(report.user_properties)
         if "guarantees" not in properties or not (report.when == "call" or report.failed or report.skipped):
             return
+        if API_COVERAGE_PROPERTY in properties:
+            self.api_coverage = json.loads(properties[API_COVERAGE_PROPERTY])
         previous = self.results.get(report.nodeid)
         if previous is not None and previous.outcome == "failed":
             return  # a teardown problem never hides the test's own failure
@@ -236,7 +263,8 @@ class Recorder:
                     "clients": list(selected_clients(config)), "quick": config.getoption("--quick"),
                     "only": _split(config.getoption("--only"))},
             started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            duration_s=time.monotonic() - self.started, tests=list(self.results.values()))
+            duration_s=time.monotonic() - self.started, tests=list(self.results.values()),
+            api_coverage=self.api_coverage)
         json_path = config.getoption("--conformance-json")
         report_dir = config.getoption("--conformance-report")
         if json_path:

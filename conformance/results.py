@@ -8,7 +8,11 @@ or another tool reads. Its shape:
      "totals": {"passed": n, "failed": n, "skipped": n},
      "tests": [{"test": name, "area": area, "guarantees": [ids], "client": column,
                 "outcome": "passed|failed|skipped", "message": one line or "", "details": text,
-                "duration_s": float, "reproduce": command}]}
+                "duration_s": float, "reproduce": command}],
+     "api_coverage": [{"api_key": n, "name": "FETCH", "advertised": [min, max], "answered": [versions],
+                       "failed": {version: finding}, "not_probed": {version: why}}]}
+
+api_coverage is empty unless the run included test_every_advertised_api_version_is_answered.
 """
 from __future__ import annotations
 
@@ -45,13 +49,14 @@ class RunResult:
     started_at: str
     duration_s: float = 0.0
     tests: list[Outcome] = field(default_factory=list)
+    api_coverage: list[dict] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
         return {outcome: sum(1 for t in self.tests if t.outcome == outcome) for outcome in OUTCOMES}
 
     def to_json(self) -> dict:
         return {"target": self.target, "started_at": self.started_at, "duration_s": round(self.duration_s, 2),
-                "totals": self.totals(), "tests": [asdict(t) for t in self.tests]}
+                "totals": self.totals(), "tests": [asdict(t) for t in self.tests], "api_coverage": self.api_coverage}
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

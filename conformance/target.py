@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from conformance.capabilities import METADATA_VERSION_RANGE, Capabilities, discover
-from conformance.wire import WireClient
+from conformance.wire import WireClient, answered_entry, error_name, request_name
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
@@ -70,22 +70,29 @@ class Target:
         return self.properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL")
 
     def wire(self, address: str | None = None) -> WireClient:
-        """A raw connection to one broker: the given one, else the first bootstrap broker that
-        accepts a connection and is not paused (a test may have stopped or paused some; a paused
-        one accepts connections but answers nothing)."""
+        """A raw connection to one broker: the given one, else the first live broker, bootstrap
+        brokers first, that accepts a connection. A broker a test stopped or paused is never
+        chosen: a paused one accepts connections but answers nothing, and a stopped one may still
+        accept them through a proxy in front of it (docker's) and then reset them."""
         if self.uses_sasl:
             pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
         if address is not None:
             return WireClient(address, ssl_context=self._ssl_context())
         refused = []
-        for candidate in self.bootstrap.split(","):
-            if candidate.strip() in self._paused.values():
-                continue
+        for candidate in self._live_addresses():
             try:
-                return WireClient(candidate.strip(), ssl_context=self._ssl_context())
+                return WireClient(candidate, ssl_context=self._ssl_context())
             except OSError as error:
-                refused.append(f"{candidate.strip()}: {error}")
-        raise ConnectionError(f"no bootstrap broker accepts a connection ({'; '.join(refused)})")
+                refused.append(f"{candidate}: {error}")
+        raise ConnectionError(f"no live broker accepts a connection ({'; '.join(refused) or 'every one is stopped'})")
+
+    def _live_addresses(self) -> list[str]:
+        """The bootstrap addresses, then every listed broker's, without those of the brokers a
+        test stopped or paused."""
+        brokers = self._capabilities.brokers if self._capabilities is not None else ()
+        down = set(self._paused.values()) | {b.address for b in brokers if b.node_id in self._stopped}
+        candidates = [a.strip() for a in self.bootstrap.split(",")] + [b.address for b in brokers]
+        return [a for a in dict.fromkeys(candidates) if a not in down]
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if self.properties.get("security.protocol", "PLAINTEXT").upper() != "SSL":
@@ -175,7 +182,8 @@ class Target:
             "topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication_factor,
                         "assignments": [], "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
             "timeout_ms": int(TOPIC_READY_TIMEOUT_S * 1000), "validate_only": validate_only})
-        return response.topics[0]
+        return answered_entry(f"{request_name(ApiKey.CREATE_TOPICS, version)} of {name}", response.topics, "name",
+                              name, "topic")
 
     def wait_for_leaders(self, wire: WireClient, topic: str, partitions: int = 1,
                          timeout_s: float = TOPIC_READY_TIMEOUT_S) -> int:
@@ -213,7 +221,10 @@ class Target:
     def partition_leaders(self, topic: str) -> dict[int, int]:
         with self.wire() as wire:
             metadata = self._metadata(wire, topic, auto_create=False)
-        return {p.partition_index: p.leader_id for p in metadata.topics[0].partitions}
+        version = self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
+        found = answered_entry(f"{request_name(ApiKey.METADATA, version)} of {topic}", metadata.topics, "name",
+                               topic, "topic")
+        return {p.partition_index: p.leader_id for p in found.partitions}
 
     def _metadata(self, wire: WireClient, topic: str, *, auto_create: bool):
         version = self.capabilities.version(ApiKey.METADATA, *METADATA_VERSION_RANGE)
@@ -337,11 +348,3 @@ class Target:
         done = subprocess.run(shlex.split(command), capture_output=True, timeout=NODE_COMMAND_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"node command {command!r} exited {done.returncode}: {done.stderr.decode()[-500:]}")
-
-
-def error_name(code: int) -> str:
-    """An error code as NAME (n), for messages."""
-    try:
-        return f"{ErrorCode(code).name} ({code})"
-    except ValueError:
-        return f"error {code}"

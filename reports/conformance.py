@@ -3,7 +3,9 @@
 The page is a matrix guarantee x client (a column per client, plus "wire" for the raw
 protocol layer): each cell says pass, fail or skip, with how many tests, and lists every
 test behind it with its failure or skip reason and the command that reproduces it. A table
-of every failure follows. The layout is reports/conformance_template.html (string.Template).
+of every failure follows, then, when the run probed the APIs, the API coverage table: per API,
+the versions the broker advertises against those it answered. The layout is
+reports/conformance_template.html (string.Template).
 
     python -m reports.conformance RESULT.json [OUT_DIR]     # writes OUT_DIR/conformance.html
 """
@@ -40,6 +42,37 @@ def _cell(tests: list[dict]) -> str:
             f"<ul>{lines}</ul></details></td>")
 
 
+def _versions(versions) -> str:
+    """[0, 1, 2, 5] as v0-v2, v5."""
+    runs: list[list[int]] = []
+    for version in sorted(int(v) for v in versions):
+        if runs and version == runs[-1][-1] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(f"v{r[0]}" if len(r) == 1 else f"v{r[0]}-v{r[-1]}" for r in runs) or "none"
+
+
+def _api_coverage(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    body = []
+    for row in rows:
+        verdict = "fail" if row["failed"] else "pass" if row["answered"] else "skip"
+        findings = "".join(f"<li>{html.escape(m)}</li>" for m in row["failed"].values())
+        not_probed = sorted(set(row["not_probed"].values()))
+        body.append(
+            f'<tr><th class="{verdict}">{html.escape(row["name"])} ({row["api_key"]})</th>'
+            f'<td>v{row["advertised"][0]}-v{row["advertised"][1]}</td><td>{_versions(row["answered"])}</td>'
+            f'<td>{_versions(row["failed"]) if row["failed"] else ""}<ul>{findings}</ul></td>'
+            f'<td>{_versions(row["not_probed"]) + ": " + html.escape("; ".join(not_probed)) if not_probed else ""}'
+            "</td></tr>")
+    return ("<h2>API coverage: advertised &times; answered</h2>\n<p>One minimal valid request per version the "
+            "broker lists in ApiVersions; answered means a response at that version, with the request's correlation "
+            "id, on an open connection (an error code is an answer).</p>\n<table>\n<tr><th>API</th><th>advertised</th>"
+            "<th>answered</th><th>not answered</th><th>not probed</th></tr>\n" + "\n".join(body) + "\n</table>")
+
+
 def render(document: dict) -> str:
     tests = document["tests"]
     columns = [c for c in COLUMN_ORDER if any(t["client"] == c for t in tests)]
@@ -73,6 +106,7 @@ def render(document: dict) -> str:
         header="".join(f"<th>{html.escape(c)}</th>" for c in columns),
         rows="\n".join(rows),
         failures="\n".join(failures) or '<tr><td colspan="5">none</td></tr>',
+        api_coverage=_api_coverage(document.get("api_coverage", [])),
     )
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from conformance import ops
 from conformance.ops import expect
+from conformance.wire import answered_entry
 from reference.protocol.api_keys import ApiKey
 
 ADMIN_TIMEOUT_S = 30.0
@@ -112,10 +113,39 @@ def test_a_deleted_topic_is_gone(admin, target):
     deadline = time.monotonic() + ADMIN_TIMEOUT_S  # each broker learns of the deletion at its own pace
     with target.wire() as wire:  # no auto-creation: asking must not bring the topic back
         while True:
-            found = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
-                                                            "allow_auto_topic_creation": False}).topics[0]
+            answer = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
+                                                             "allow_auto_topic_creation": False})
+            found = answered_entry(f"METADATA v{version} of {topic}", answer.topics, "name", topic, "topic")
             if found.error_code == 3 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
     expect(found.error_code == 3, "Metadata to answer UNKNOWN_TOPIC_OR_PARTITION (3) for the deleted topic",
            f"error {found.error_code}, {len(found.partitions)} partitions")
+
+
+@pytest.mark.guarantee("PRO-1")
+def test_describe_answers_the_authorized_operations_it_was_asked_for(admin, target):
+    """KIP-430: asked with include_authorized_operations, Describe of topics, the cluster and
+    groups lists what the client may do: every operation the resource supports when the broker
+    has no authorizer, never nothing (the client was allowed to DESCRIBE what it described)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AclOperation
+
+    caps = target.capabilities
+    caps.require("authorized operations", ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_GROUPS)
+    topic = target.create_topic("authorized-operations")
+    group = target.new_topic_name("authorized-operations")
+    committed = admin.alter_consumer_group_offsets(  # an empty classic group, as a simple consumer makes
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])])[group]
+    committed.result(ADMIN_TIMEOUT_S)
+    described = {
+        "topic": admin.describe_topics(TopicCollection([topic]), include_authorized_operations=True)[topic],
+        "cluster": admin.describe_cluster(include_authorized_operations=True),
+        "group": admin.describe_consumer_groups([group], include_authorized_operations=True)[group],
+    }
+    answered = {kind: {op.name for op in (future.result(ADMIN_TIMEOUT_S).authorized_operations or [])}
+                for kind, future in described.items()}
+    missing = [kind for kind, operations in answered.items() if AclOperation.DESCRIBE.name not in operations]
+    expect(not missing, "authorized operations that include DESCRIBE for the topic, the cluster and the group "
+           "(KIP-430; without an authorizer, all the resource supports)",
+           "; ".join(f"{kind}: {sorted(answered[kind]) or 'none'}" for kind in missing))

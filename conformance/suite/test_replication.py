@@ -23,6 +23,7 @@ import pytest
 from conformance import ops
 from conformance.ops import expect
 from conformance.target import error_name
+from conformance.wire import answered_entry
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
@@ -68,8 +69,9 @@ def _partition_metadata(target, topic: str):
     caps = target.capabilities
     version = caps.version_or_skip(ApiKey.METADATA, 7, 12)  # v7 adds leader_epoch
     with target.wire() as wire:
-        return wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
-                                                       "allow_auto_topic_creation": False}).topics[0].partitions
+        answer = wire.request(ApiKey.METADATA, version, {"topics": [{"name": topic}],
+                                                         "allow_auto_topic_creation": False})
+    return answered_entry(f"METADATA v{version} of {topic}", answer.topics, "name", topic, "topic").partitions
 
 
 def _partition_zero(target, topic: str):
@@ -282,7 +284,9 @@ def _acknowledge_records_above_a_follower_high_watermark(target, topic: str, sta
             time.sleep(FETCH_ANSWER_S)
             target.resume_node(stage.next_leader)
             response = producer.receive(ApiKey.PRODUCE, version, sent, timeout_s=stage_ms / 1000 + RESPONSE_MARGIN_S)
-        answer = response.responses[0].partition_responses[0]
+        request = f"PRODUCE v{version} to {topic}-0"
+        answer = answered_entry(request, answered_entry(request, response.responses, "name", topic, "topic")
+                                .partition_responses, "index", 0, "partition")
         if answer.error_code == ErrorCode.NONE:
             return [(answer.base_offset + i, value) for i, value in enumerate(values)]
         target.resume_node(stage.lagging_follower)
@@ -312,9 +316,11 @@ def _broker_config_ms(target, node_id: int, name: str, default_ms: int) -> int:
     if version is None:
         return default_ms
     with target.wire(target.capabilities.broker(node_id).address) as wire:
-        result = wire.request(ApiKey.DESCRIBE_CONFIGS, version, {
+        results = wire.request(ApiKey.DESCRIBE_CONFIGS, version, {
             "resources": [{"resource_type": BROKER_RESOURCE, "resource_name": str(node_id),
                            "configuration_keys": [name]}],
-            "include_synonyms": False, "include_documentation": False}).results[0]
+            "include_synonyms": False, "include_documentation": False}).results
+    result = answered_entry(f"DESCRIBE_CONFIGS v{version} of broker {node_id}", results, "resource_name",
+                            str(node_id), "resource")
     entry = next((c for c in result.configs if c.name == name), None)
     return int(entry.value) if result.error_code == ErrorCode.NONE and entry and entry.value else default_ms

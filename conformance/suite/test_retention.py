@@ -11,6 +11,7 @@ import pytest
 from conformance import ops
 from conformance.ops import expect
 from conformance.target import error_name
+from conformance.wire import answered_entry
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
@@ -28,7 +29,9 @@ def test_delete_records_moves_the_log_start_and_offsets_are_not_reused(target):
         ops.produce(wire, caps, topic, ops.values_batch([f"r{i}".encode() for i in range(10)]))
         response = wire.request(ApiKey.DELETE_RECORDS, version, {
             "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 4}]}], "timeout_ms": 10_000})
-        deleted = response.topics[0].partitions[0]
+        request = f"DELETE_RECORDS v{version} of {topic}-0"
+        deleted = answered_entry(request, answered_entry(request, response.topics, "name", topic, "topic").partitions,
+                                 "partition_index", 0, "partition")
         expect((deleted.error_code, deleted.low_watermark) == (0, 4), "low watermark 4 after DeleteRecords to 4",
                f"{error_name(deleted.error_code)}, low watermark {deleted.low_watermark}")
         earliest = ops.list_offset(wire, caps, topic, ops.EARLIEST_TIMESTAMP)

@@ -163,6 +163,27 @@ def test_a_transactional_write_to_a_partition_not_in_the_transaction_is_refused(
            "does not know is now open on the partition")
 
 
+@pytest.mark.guarantee("TXN-1")
+def test_a_fenced_producer_s_write_is_refused_with_invalid_producer_epoch(wire, target):
+    """A second InitProducerId of the same transactional id fences the first instance (KIP-98).
+    The fenced instance's next write, verified with the coordinator (KIP-890), is refused with
+    INVALID_PRODUCER_EPOCH, the error clients turn into their fatal fenced error (librdkafka,
+    the Java producer); PRODUCER_FENCED from Produce only makes librdkafka abort the transaction."""
+    caps = target.capabilities
+    caps.require("transactional writes", *TRANSACTION_APIS)
+    transactional_id = target.new_topic_name("txn-fenced")
+    producer_id, epoch = _init_transactional_producer(wire, target, transactional_id)
+    _, newer_epoch = _init_transactional_producer(wire, target, transactional_id)
+    topic = target.create_topic("txn-fenced")
+    batch = ops.values_batch([b"from-the-fenced-instance"], producer_id=producer_id, producer_epoch=epoch,
+                             base_sequence=0, is_transactional=True)
+    with target.leader_wire(topic) as leader:
+        response = ops.produce(leader, caps, topic, batch, transactional_id=transactional_id)
+    expect(response.error_code == ErrorCode.INVALID_PRODUCER_EPOCH,
+           f"INVALID_PRODUCER_EPOCH (47) for a write of epoch {epoch} after epoch {newer_epoch} fenced it (KIP-890 "
+           "verification, as Kafka's AddPartitionsToTxnManager answers Produce)", error_name(response.error_code))
+
+
 def _init_transactional_producer(wire, target, transactional_id: str) -> tuple[int, int]:
     """(producer id, epoch) from the transaction coordinator of transactional_id (found through
     wire), as a producer's initTransactions gets them (waiting while the coordinator loads)."""

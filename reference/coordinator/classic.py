@@ -261,20 +261,28 @@ class ClassicGroup:
 
     def validate_offset_commit(self, *, member_id: str, group_instance_id: str | None, generation_id: int,
                                now_ms: int) -> ErrorCode:
-        """Kafka's rules for a commit to a classic group: a simple (admin) commit only while
-        the group is empty; otherwise a current member of the current generation."""
+        """Kafka's rules for a commit to a classic group (ClassicGroup.validateOffsetCommit): a
+        simple (admin) commit only while the group is empty; otherwise a current member of the
+        current generation, checked before the rebalance state, so a member of an older
+        generation learns ILLEGAL_GENERATION (and rejoins) rather than REBALANCE_IN_PROGRESS;
+        a current member's commit waits for the end of the rebalance."""
         if self.state == DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self.state == EMPTY:
             return ErrorCode.NONE
-        if self.is_static_member_fenced(member_id, group_instance_id):
-            return ErrorCode.FENCED_INSTANCE_ID
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            if group_instance_id is not None and group_instance_id not in self.static_members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if self.is_static_member_fenced(member_id, group_instance_id):
+                return ErrorCode.FENCED_INSTANCE_ID
+            if member_id not in self.members:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if generation_id != self.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        else:
+            return ErrorCode.UNKNOWN_MEMBER_ID  # a commit without member and generation, to a group in use
         if self.state == COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
-        if member_id not in self.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation_id != self.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         self.members[member_id].last_heartbeat_ms = now_ms
         return ErrorCode.NONE
 
@@ -296,6 +304,18 @@ class ClassicGroup:
             for member_id in [m.member_id for m in self.members.values() if m.sync_token is None]:
                 if member_id in self.members:
                     self._remove_member(member_id, now_ms, effects)
+
+    def next_deadline_ms(self) -> int | None:
+        """When tick has something to do next: a session or a handed-out member id that runs
+        out, the end of the join delay or of the join or sync phase; None when nothing waits."""
+        deadlines = list(self.pending_members.values())
+        deadlines += [m.last_heartbeat_ms + m.session_timeout_ms for m in self.members.values()
+                      if m.join_token is None and m.sync_token is None]
+        if self.state == PREPARING_REBALANCE:
+            deadlines += [self.join_deadline_ms, self.initial_delay_until_ms]
+        elif self.state == COMPLETING_REBALANCE:
+            deadlines.append(self.sync_deadline_ms)
+        return min(deadlines, default=None)
 
     def make_dead(self, effects: Effects) -> None:
         """The group is deleted (DeleteGroups or offsets expiry of an empty group)."""
@@ -334,12 +354,12 @@ class ClassicGroup:
         effects.reply(token, {"error_code": error, "generation_id": NO_GENERATION, "protocol_type": None,
                               "protocol_name": None, "leader": "", "member_id": member_id, "members": []})
 
-    def _join_response(self, member: ClassicMember) -> dict:
+    def _join_response(self, member: ClassicMember, skip_assignment: bool = False) -> dict:
         is_leader = member.member_id == self.leader_id
         return {
             "error_code": ErrorCode.NONE, "generation_id": self.generation_id,
             "protocol_type": self.protocol_type, "protocol_name": self.protocol_name,
-            "leader": self.leader_id, "skip_assignment": False, "member_id": member.member_id,
+            "leader": self.leader_id, "skip_assignment": skip_assignment, "member_id": member.member_id,
             "members": [
                 {"member_id": each.member_id, "group_instance_id": each.group_instance_id,
                  "metadata": each.metadata(self.protocol_name)}
@@ -383,7 +403,9 @@ class ClassicGroup:
     def _replace_static_member(self, token: Any, member_id: str, member_fields: dict, now_ms: int,
                                effects: Effects) -> None:
         """KIP-345: a static member that restarts gets a new member id and takes the old one's
-        place without a rebalance; the old id is fenced."""
+        place without a rebalance; the old id is fenced. The leader too (KIP-814): it is told it
+        leads, with the members, and to skip the assignment (JoinGroup v9's skip_assignment),
+        since the stable group keeps the assignment it has."""
         instance_id = member_fields["group_instance_id"]
         old = self.members.pop(self.static_members[instance_id])
         for parked in (old.join_token, old.sync_token):
@@ -396,9 +418,9 @@ class ClassicGroup:
         was_leader = self.leader_id == old.member_id
         if was_leader:
             self.leader_id = member_id
-        if self.state == STABLE and not was_leader and member.protocols == old.protocols:
+        if self.state == STABLE and member.protocols == old.protocols:
             self._store(effects)
-            effects.reply(token, self._join_response(member))
+            effects.reply(token, self._join_response(member, skip_assignment=was_leader))
             return
         member.join_token = token
         if self.state == PREPARING_REBALANCE:

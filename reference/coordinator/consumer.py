@@ -214,6 +214,12 @@ class ConsumerGroup:
         if self.members:
             self._refresh_target(topics_by_name, effects)
 
+    def next_deadline_ms(self) -> int | None:
+        """When tick has something to do next: a session or a revocation deadline that runs out."""
+        deadlines = [m.last_heartbeat_ms + self.config.session_timeout_ms for m in self.members.values()]
+        deadlines += [m.revocation_deadline_ms for m in self.members.values() if m.revocation_deadline_ms is not None]
+        return min(deadlines, default=None)
+
     def describe_member(self, member: ConsumerMember, topics_by_name: dict[str, TopicMetadata]) -> dict:
         topics_by_id = {topic.topic_id: topic for topic in topics_by_name.values()}
         return {

@@ -309,6 +309,11 @@ class GroupCoordinator:
             self._expire_offsets(now_ms, effects)
         return effects
 
+    def next_deadline_ms(self) -> int:
+        """The earliest time tick has work: a group's deadline, or the next offsets retention check."""
+        deadlines = [deadline for group in self.groups.values() if (deadline := group.next_deadline_ms()) is not None]
+        return min([*deadlines, self._last_retention_check_ms + self.config.offsets_retention_check_interval_ms])
+
     def replay(self, key_bytes: bytes, value_bytes: bytes | None, now_ms: int) -> None:
         """Apply one __consumer_offsets record, in log order (load on start)."""
         key = decode_key(key_bytes)

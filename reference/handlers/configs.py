@@ -4,7 +4,10 @@ A topic's effective config is its overrides (stored as ConfigRecords in the meta
 over the broker's defaults, which come from the command line or Kafka's defaults. Each
 entry says where its value came from (config_source) and, when asked, lists its synonyms
 in precedence order (KIP-226): topic override, broker property, Kafka default. Broker
-configs are described but not altered: they are static, read at start.
+configs are described but not altered: they are static, read at start. So are a group's
+configs (Kafka 4.0's GROUP resource, KIP-848): consumer.session.timeout.ms and
+consumer.heartbeat.interval.ms are described with the broker's group.consumer.* values, the
+same for every group, and IncrementalAlterConfigs of a group says they are static here.
 """
 from __future__ import annotations
 
@@ -16,16 +19,26 @@ from reference.handlers.context import RequestContext
 from reference.node.broker import Broker
 from reference.node.metadata import BROKER_RESOURCE, TOPIC_RESOURCE
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.storage.config import LogConfig
+from reference.storage.config import BOOLEAN_CONFIGS, LogConfig
 
+GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP (Kafka 4.0)
+# A group config -> the broker config that gives its value (GroupConfig's defaults).
+GROUP_CONFIG_SYNONYMS = {"consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
+                         "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms"}
 # DescribeConfigsResponse ConfigSource.
 TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # DescribeConfigsResponse ConfigType (KIP-569).
-CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_LIST = 2, 3, 5, 7
-LIST_CONFIGS = frozenset({"cleanup.policy"})
-INT_CONFIGS = frozenset({"segment.bytes", "max.message.bytes", "min.insync.replicas", "index.interval.bytes"})
+CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = (
+    1, 2, 3, 5, 6, 7)
+LIST_CONFIGS = frozenset({"cleanup.policy", "leader.replication.throttled.replicas",
+                          "follower.replication.throttled.replicas"})
+INT_CONFIGS = frozenset({"segment.bytes", "max.message.bytes", "min.insync.replicas", "index.interval.bytes",
+                         "segment.index.bytes", "compression.gzip.level", "compression.lz4.level",
+                         "compression.zstd.level"})
+STRING_CONFIGS = frozenset({"message.timestamp.type", "compression.type"})
+DOUBLE_CONFIGS = frozenset({"min.cleanable.dirty.ratio"})
 # IncrementalAlterConfigs operations (KIP-339).
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -47,6 +60,9 @@ def handle_describe_configs(broker: Broker, request, context: RequestContext) ->
                 _check_broker_name(broker, resource.resource_name)
                 result["configs"] = _describe_broker_configs(broker, resource.configuration_keys,
                                                              request.include_synonyms)
+            elif resource.resource_type == GROUP_RESOURCE:
+                result["configs"] = _describe_group_configs(broker, resource.configuration_keys,
+                                                            request.include_synonyms)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
         except KafkaError as e:
@@ -98,6 +114,25 @@ def _describe_broker_configs(broker: Broker, keys, include_synonyms: bool) -> li
     return entries
 
 
+def _describe_group_configs(broker: Broker, keys, include_synonyms: bool) -> list[dict]:
+    """A group's configs: the broker's group.consumer.* values, which every group has here."""
+    defaults = BrokerConfig()
+    entries = []
+    for name, broker_key in GROUP_CONFIG_SYNONYMS.items():
+        if keys is not None and name not in keys:
+            continue
+        field_name = broker_key.replace(".", "_")
+        value, default = getattr(broker.config, field_name), getattr(defaults, field_name)
+        source = DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG
+        entries.append({
+            "name": name, "value": _text(value), "read_only": True, "config_source": source,
+            "is_default": source == DEFAULT_CONFIG, "is_sensitive": False,
+            "synonyms": [{"name": broker_key, "value": _text(value), "source": source}] if include_synonyms else [],
+            "config_type": CONFIG_TYPE_INT, "documentation": None,
+        })
+    return entries
+
+
 def handle_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
     responses = []
@@ -127,6 +162,9 @@ def _alter(broker: Broker, resource, changes_for, validate_only: bool, now_ms: i
         if resource.resource_type == BROKER_RESOURCE:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "broker configs are static here: set them with --config or --set at start")
+        if resource.resource_type == GROUP_RESOURCE:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "group configs are static here: every group has the "
+                             "broker's group.consumer.* values, set with --config or --set at start")
         if resource.resource_type != TOPIC_RESOURCE:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
         topic = broker.topic(resource.resource_name)
@@ -167,11 +205,13 @@ def _check_broker_name(broker: Broker, resource_name: str) -> None:
 
 
 def _config_type(name: str) -> int:
-    if name in LIST_CONFIGS:
-        return CONFIG_TYPE_LIST
-    if name in INT_CONFIGS:
-        return CONFIG_TYPE_INT
-    return CONFIG_TYPE_STRING if name == "message.timestamp.type" else CONFIG_TYPE_LONG
+    """A topic config's type as Kafka's LogConfig defines it (DescribeConfigs ConfigType, KIP-569)."""
+    for names, config_type in ((LIST_CONFIGS, CONFIG_TYPE_LIST), (INT_CONFIGS, CONFIG_TYPE_INT),
+                               (STRING_CONFIGS, CONFIG_TYPE_STRING), (DOUBLE_CONFIGS, CONFIG_TYPE_DOUBLE),
+                               (BOOLEAN_CONFIGS, CONFIG_TYPE_BOOLEAN)):
+        if name in names:
+            return config_type
+    return CONFIG_TYPE_LONG
 
 
 def _text(value: object) -> str:

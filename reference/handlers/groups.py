@@ -21,6 +21,7 @@ from reference.coordinator.consumer import ConsumerGroupConfig
 from reference.coordinator.coordinator import GroupCoordinator, GroupCoordinatorConfig, OffsetCommit
 from reference.coordinator.effects import Effects
 from reference.coordinator.records import CONSUMER_OFFSETS_TOPIC, encode_key
+from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -28,13 +29,13 @@ from reference.protocol.records import Record, build_batch, iter_batches
 from reference.transaction.partition import committed_records
 
 COORDINATOR_KEY_TYPES = {0: "group", 1: "transaction"}  # FindCoordinator KeyType
+GROUP_KEY_TYPE = 0
 BATCHED_COORDINATOR_KEYS_VERSION = 4  # FindCoordinator v4+ (KIP-699)
 MULTI_GROUP_OFFSET_FETCH_VERSION = 8  # OffsetFetch v8+ (KIP-709)
 BATCHED_LEAVE_VERSION = 3  # LeaveGroup v3+ (KIP-345)
 REQUIRE_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+ (KIP-394)
 NO_OFFSET = -1
 READ_BYTES_MAX = 1 << 20
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 OFFSETS_COMMIT_TIMEOUT_MS = 5000  # offsets.commit.timeout.ms: how long a coordinator write waits for the ISR
 ACKS_ALL = -1
 
@@ -221,6 +222,11 @@ def has_group_node(broker: Broker) -> bool:
     return broker in _nodes
 
 
+def groups_next_deadline_ms(broker: Broker) -> int | None:
+    """When the group coordinator's timers next have work (None before any group request)."""
+    return _nodes[broker].coordinator.next_deadline_ms() if broker in _nodes else None
+
+
 def tick_groups(broker: Broker, now_ms: int) -> None:
     """The coordinator's timers: session, rebalance and join-delay deadlines, offsets retention."""
     node = group_node(broker, now_ms)
@@ -236,7 +242,8 @@ def handle_find_coordinator(broker: Broker, request, context: RequestContext) ->
     node = group_node(broker, context.now_ms)
     keys = (request.coordinator_keys if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION
             else [request.key])
-    found = [_find(broker, node, request.key_type, key, context.now_ms) for key in keys]
+    key_type = request.get("key_type", GROUP_KEY_TYPE)  # v0 has no key type: it finds group coordinators
+    found = [_find(broker, node, key_type, key, context.now_ms) for key in keys]
     if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION:
         return {"coordinators": [{"key": key, **each} for key, each in zip(keys, found)]}
     return found[0]
@@ -351,10 +358,11 @@ def handle_consumer_group_heartbeat(broker: Broker, request, context: RequestCon
 def handle_consumer_group_describe(broker: Broker, request, context: RequestContext) -> dict:
     node = group_node(broker, context.now_ms)
     topics = node.topics()
+    operations = authorized_operations("group", request.include_authorized_operations)
     return {"throttle_time_ms": 0, "groups": [
         {**node.coordinator.describe_consumer_group(group_id, topics),
-         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED} if not (error := node.error_for(group_id))
-        else {"group_id": group_id, "error_code": error, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+         "authorized_operations": operations} if not (error := node.error_for(group_id))
+        else {"group_id": group_id, "error_code": error, "authorized_operations": authorized_operations("group", False)}
         for group_id in request.group_ids]}
 
 
@@ -451,16 +459,17 @@ def handle_offset_delete(broker: Broker, request, context: RequestContext) -> di
 
 def handle_describe_groups(broker: Broker, request, context: RequestContext) -> dict:
     node = group_node(broker, context.now_ms)
+    operations = authorized_operations("group", request.get("include_authorized_operations", False))  # v3+
     groups = []
     for group_id in request.groups:
         if error := node.error_for(group_id):
             groups.append({"group_id": group_id, "error_code": error,
-                           "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+                           "authorized_operations": authorized_operations("group", False)})
             continue
         described = node.coordinator.describe_group(group_id)
         if context.api_version < 6 and described["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND:
             described["error_code"] = ErrorCode.NONE  # before v6 a missing group is described as Dead
-        groups.append({**described, "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED})
+        groups.append({**described, "authorized_operations": operations})
     return {"throttle_time_ms": 0, "groups": groups}
 
 

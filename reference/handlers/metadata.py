@@ -9,6 +9,7 @@ and the request allows it (AllowAutoTopicCreation, v4+; always allowed before v4
 """
 from __future__ import annotations
 
+from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
 from reference.node.broker import Broker, check_topic_name
 from reference.protocol.errors import ErrorCode, KafkaError
@@ -16,24 +17,27 @@ from reference.protocol.primitives import ZERO_UUID
 
 # Kafka's Topic.INTERNAL_TOPICS: written by the coordinators only, reported with is_internal=true.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
 ENDPOINT_TYPE_BROKER = 1
 
 
 def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
     version = context.api_version
+    topic_operations = authorized_operations("topic", request.get("include_topic_authorized_operations", False))
     if request.topics is None or (version == 0 and not request.topics):
         topics = [_describe_topic(broker, name) for name in sorted(broker.image.topics_by_name)]
     else:
         allow_create = request.allow_auto_topic_creation if version >= 4 else True
         topics = [_requested_topic(broker, wanted, allow_create, context.now_ms) for wanted in request.topics]
+    for topic in topics:
+        topic["topic_authorized_operations"] = topic_operations
     return {
         "brokers": [{"node_id": node_id, "host": host, "port": port, "rack": None}
                     for node_id, host, port, fenced in broker.metadata_brokers() if not fenced],
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", request.get("include_cluster_authorized_operations", False)),
         "error_code": ErrorCode.NONE,
     }
 
@@ -51,7 +55,8 @@ def handle_describe_cluster(broker: Broker, request, context: RequestContext) ->
             {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": fenced}
             for node_id, host, port, fenced in broker.metadata_brokers()
         ],
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(
+            "cluster", request.include_cluster_authorized_operations),
     }
 
 
@@ -68,13 +73,12 @@ def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) ->
             broker.create_topic(name, -1, -1, {}, validate_only=False, now_ms=now_ms)
         return _describe_topic(broker, name)
     except KafkaError as e:
-        return {"error_code": e.code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": [],
-                "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+        return {"error_code": e.code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
 def _describe_topic(broker: Broker, name: str) -> dict:
     topic = broker.topic(name)
     partitions = [broker.partition_metadata(name, index) for index in range(topic.partition_count)]
     return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": name in INTERNAL_TOPICS,
-            "partitions": partitions, "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            "partitions": partitions}
 

@@ -422,6 +422,10 @@ class TxnNode:
             if error in VERIFICATION_RETRIABLE:
                 raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, f"verifying {topic_partition} with the coordinator "
                                  f"of {transactional_id!r}: {error.name}")
+            if error == ErrorCode.PRODUCER_FENCED:  # as Kafka's AddPartitionsToTxnManager answers a Produce:
+                raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,  # clients take it as fatal, fenced
+                                 f"producer {batch.producer_id} epoch {batch.producer_epoch} of {transactional_id!r} "
+                                 "was fenced by a newer epoch")
             if error != ErrorCode.NONE:
                 raise KafkaError(error, f"{topic_partition} is not in the transaction of {transactional_id!r}")
         transactions.check_transactional_append(batch, guard)
@@ -449,6 +453,11 @@ def txn_node(broker: Broker, now_ms: int) -> TxnNode:
     node = _nodes[broker]
     node.now_ms = now_ms
     return node
+
+
+def transactions_next_deadline_ms(broker: Broker) -> int | None:
+    """When the transaction coordinator's timer next has work (None before it exists)."""
+    return _nodes[broker].coordinator.next_deadline_ms() if broker in _nodes else None
 
 
 def tick_transactions(broker: Broker, now_ms: int) -> None:

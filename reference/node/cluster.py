@@ -61,6 +61,7 @@ from reference.replication import (
     Role,
 )
 from reference.storage import AppendOrigin, Log
+from reference.storage import cleaner
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
@@ -122,6 +123,7 @@ class ClusterBroker(Broker):
         self._active_epoch = -1  # the Raft epoch in which this node became a ready active controller
         self._producer_id_next = 0
         self._last_retention_check_ms = now_ms
+        self._last_cleaner_run_ms = now_ms
         self._last_checkpoint_ms = now_ms
         self._last_flush_ms: dict[TopicPartition, int] = {}
         self._alter_partition_sent_ms: dict[TopicPartition, tuple[AlterPartitionRequest, int]] = {}
@@ -519,6 +521,13 @@ class ClusterBroker(Broker):
             for replica in self.partitions.values():
                 if replica.role is Role.LEADER:
                     replica.log.enforce_retention(now_ms, high_watermark=replica.high_watermark)
+        if self.config.log_cleaner_enable and now_ms - self._last_cleaner_run_ms >= self.config.log_cleaner_backoff_ms:
+            # Compaction below the high watermark, on leaders: a follower takes the cleaned log's
+            # gaps as they come (Log.append_as_follower) and keeps its own copy uncleaned.
+            self._last_cleaner_run_ms = now_ms
+            for replica in self.partitions.values():
+                if replica.role is Role.LEADER and replica.log.config.compact:
+                    cleaner.clean(replica.log, now_ms, high_watermark=replica.high_watermark)
         if now_ms - self._last_checkpoint_ms >= self.config.replica_high_watermark_checkpoint_interval_ms:
             self._last_checkpoint_ms = now_ms
             self._write_hw_checkpoint()

@@ -53,7 +53,7 @@ from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
-from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
+from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms, timer_wait_ms
 
 log = logging.getLogger("kspec.cluster")
 
@@ -508,8 +508,10 @@ class ClusterServer(BrokerServer):
                     log.info("controller tick: %s", e)
 
     async def _tick_forever(self) -> None:
+        wait_ms = TICK_INTERVAL_MS
         while True:
-            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+            await asyncio.sleep(wait_ms / 1000)
+            wait_ms = TICK_INTERVAL_MS
             now = now_ms()
             self.broker.tick(now)
             if self.broker.broker_epoch >= 0:
@@ -520,6 +522,7 @@ class ClusterServer(BrokerServer):
                 if has_group_node(self.broker):
                     tick_groups(self.broker, now)
                 tick_transactions(self.broker, now)
+                wait_ms = timer_wait_ms(self.broker, now_ms())
                 for name, (partitions, replication_factor, configs) in self.broker.wanted_internal_topics.items():
                     if name not in self._creating:
                         self._creating[name] = asyncio.create_task(self._create_internal_topic(

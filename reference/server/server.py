@@ -12,7 +12,8 @@ Input the broker cannot answer (a frame over the limit, an unknown API key, an u
 version, a header or body that does not decode) closes that connection only, with one log
 line saying who and what; nothing is written to any log. ApiVersions of an unsupported
 version gets the KIP-511 v0 reply instead. A timer calls `Broker.tick` with the time, for
-flush.ms and retention, and the group and transaction coordinators' timers.
+flush.ms and retention, and the group and transaction coordinators' timers: every
+TICK_INTERVAL_MS, and at the coordinators' next deadline when that comes sooner.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ import time
 from reference.handlers import HANDLERS
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.fetch import read_fetch
-from reference.handlers.groups import tick_groups
-from reference.handlers.transactions import tick_transactions
+from reference.handlers.groups import groups_next_deadline_ms, tick_groups
+from reference.handlers.transactions import tick_transactions, transactions_next_deadline_ms
 from reference.node.broker import Broker
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS, is_supported
@@ -44,12 +45,21 @@ from reference.server.purgatory import FetchPurgatory
 log = logging.getLogger("kspec.broker")
 
 LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
-TICK_INTERVAL_MS = 100  # how often the periodic work is considered
+TICK_INTERVAL_MS = 100  # how often the periodic work is considered, at the latest
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def timer_wait_ms(broker: Broker, now: int) -> int:
+    """How long the ticker sleeps: TICK_INTERVAL_MS, or until the coordinators' next deadline
+    when that comes sooner (a member's session, a rebalance phase, the transaction timeout
+    check), so a timer fires when it is due, as Kafka's timers do, not up to a tick later.
+    Deadlines already past were the last tick's to handle."""
+    deadlines = (groups_next_deadline_ms(broker), transactions_next_deadline_ms(broker))
+    return min([TICK_INTERVAL_MS, *(deadline - now for deadline in deadlines if deadline is not None and deadline > now)])
 
 
 async def cancel_and_wait(tasks) -> None:
@@ -98,11 +108,13 @@ class BrokerServer:
         self.broker.close()
 
     async def _tick_forever(self) -> None:
+        wait_ms = TICK_INTERVAL_MS
         while True:
-            await asyncio.sleep(TICK_INTERVAL_MS / 1000)
+            await asyncio.sleep(wait_ms / 1000)
             self.broker.tick(now_ms())
             tick_groups(self.broker, now_ms())
             tick_transactions(self.broker, now_ms())
+            wait_ms = timer_wait_ms(self.broker, now_ms())
 
     async def _accept_forever(self) -> None:
         loop = asyncio.get_running_loop()

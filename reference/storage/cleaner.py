@@ -105,7 +105,11 @@ def clean(log: Log, now_ms: int, *, high_watermark: int | None = None, force: bo
     dirty_bytes = sum(segment.size_bytes for segment in dirty)
     total_bytes = sum(segment.size_bytes for segment in cleanable)
     tombstones_due = checkpoint.delete_horizon_ms != NO_DELETE_HORIZON and now_ms >= checkpoint.delete_horizon_ms
-    if not (tombstones_due or dirty and (force or dirty_bytes >= log.config.min_cleanable_dirty_ratio * total_bytes)):
+    # KIP-354: a dirty record older than max.compaction.lag.ms is cleaned whatever the dirty ratio.
+    overdue = bool(dirty) and dirty[0].first_batch_timestamp != NO_TIMESTAMP and (
+        now_ms - dirty[0].first_batch_timestamp > log.config.max_compaction_lag_ms)
+    if not (tombstones_due or dirty and (force or overdue
+                                         or dirty_bytes >= log.config.min_cleanable_dirty_ratio * total_bytes)):
         return None
 
     offset_map: dict[bytes, int] = {}

@@ -2,7 +2,12 @@
 
 `from_properties` reads Kafka's string properties (segment.bytes=..., retention.ms=...) and
 rejects bad values with KafkaError(INVALID_CONFIG) naming the key; `to_properties` is its
-inverse, for DescribeConfigs. Defaults are Kafka's.
+inverse, for DescribeConfigs. Every topic config Kafka 4.x documents is here, with Kafka's
+default and Kafka's validation (ranges, enumerations, booleans, min.compaction.lag.ms <=
+max.compaction.lag.ms); the ones whose feature the reference lacks (tiered storage,
+replication throttles, preallocation, the compression levels and compression.type, since
+batches are stored as the producer compressed them) are accepted and described, and
+remote.storage.enable=true is refused as Kafka refuses it on a broker without tiered storage.
 """
 from __future__ import annotations
 
@@ -15,6 +20,12 @@ INT_MAX = (1 << 31) - 1
 SEGMENT_BYTES_MIN = 14  # Kafka's floor for segment.bytes (LegacyRecord.RECORD_OVERHEAD_V0)
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")  # BrokerCompressionType
+GZIP_LEVELS = (-1, *range(1, 10))  # -1: the codec's default (KIP-390)
+LZ4_LEVEL_RANGE = (1, 17)
+ZSTD_LEVEL_RANGE = (-131072, 22)
+BOOLEAN_CONFIGS = ("unclean.leader.election.enable", "preallocate", "remote.storage.enable",
+                   "remote.log.copy.disable", "remote.log.delete.on.disable")
 
 
 @dataclass(frozen=True)
@@ -36,12 +47,29 @@ class LogConfig:
     file_delete_delay_ms: int = 60000  # file.delete.delay.ms
     # unclean.leader.election.enable: read by the controller's elections, not by the log.
     unclean_leader_election_enable: str = "false"
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms (KIP-354): a dirty record waits no longer
+    segment_jitter_ms: int = 0  # segment.jitter.ms
+    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
+    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms (KIP-937)
+    message_timestamp_after_max_ms: int = LONG_MAX  # message.timestamp.after.max.ms (KIP-937)
+    compression_type: str = "producer"  # compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level (KIP-390)
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
+    preallocate: str = "false"  # preallocate
+    leader_replication_throttled_replicas: str = ""  # leader.replication.throttled.replicas
+    follower_replication_throttled_replicas: str = ""  # follower.replication.throttled.replicas
+    remote_storage_enable: str = "false"  # remote.storage.enable (KIP-405)
+    local_retention_ms: int = -2  # local.retention.ms: -2 = retention.ms
+    local_retention_bytes: int = -2  # local.retention.bytes: -2 = retention.bytes
+    remote_log_copy_disable: str = "false"  # remote.log.copy.disable (KIP-950)
+    remote_log_delete_on_disable: str = "false"  # remote.log.delete.on.disable (KIP-950)
 
     def __post_init__(self) -> None:
         _check("segment.bytes", self.segment_bytes, SEGMENT_BYTES_MIN, INT_MAX)
         _check("segment.ms", self.segment_ms, 1, LONG_MAX)
         _check("retention.ms", self.retention_ms, -1, LONG_MAX)
-        _check("retention.bytes", self.retention_bytes, -1, LONG_MAX)
+        _check("retention.bytes", self.retention_bytes, -LONG_MAX - 1, LONG_MAX)  # Kafka sets no floor
         _check("max.message.bytes", self.max_message_bytes, 0, INT_MAX)
         _check("min.insync.replicas", self.min_insync_replicas, 1, INT_MAX)
         _check("delete.retention.ms", self.delete_retention_ms, 0, LONG_MAX)
@@ -51,12 +79,31 @@ class LogConfig:
         _check("flush.ms", self.flush_ms, 0, LONG_MAX)
         _check("index.interval.bytes", self.index_interval_bytes, 0, INT_MAX)
         _check("file.delete.delay.ms", self.file_delete_delay_ms, 0, LONG_MAX)
+        _check("max.compaction.lag.ms", self.max_compaction_lag_ms, 1, LONG_MAX)
+        _check("segment.jitter.ms", self.segment_jitter_ms, 0, LONG_MAX)
+        _check("segment.index.bytes", self.segment_index_bytes, 4, INT_MAX)
+        _check("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0, LONG_MAX)
+        _check("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0, LONG_MAX)
+        _check("compression.lz4.level", self.compression_lz4_level, *LZ4_LEVEL_RANGE)
+        _check("compression.zstd.level", self.compression_zstd_level, *ZSTD_LEVEL_RANGE)
+        _check("local.retention.ms", self.local_retention_ms, -2, LONG_MAX)
+        _check("local.retention.bytes", self.local_retention_bytes, -2, LONG_MAX)
+        _one_of("compression.gzip.level", self.compression_gzip_level, GZIP_LEVELS)
+        _one_of("compression.type", self.compression_type, COMPRESSION_TYPES)
+        for key in BOOLEAN_CONFIGS:
+            _one_of(key, getattr(self, key.replace(".", "_")), ("true", "false"))
+        for key in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+            _check_throttled_replicas(key, getattr(self, key.replace(".", "_")))
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"conflict topic config setting min.compaction.lag.ms ({self.min_compaction_lag_ms}) > "
+                             f"max.compaction.lag.ms ({self.max_compaction_lag_ms})")
+        if self.remote_storage_enable == "true":
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "remote.storage.enable=true: tiered storage is not enabled "
+                                                       "on this broker (remote.log.storage.system.enable=false)")
         if self.message_timestamp_type not in TIMESTAMP_TYPES:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"message.timestamp.type={self.message_timestamp_type!r}: expected one of {TIMESTAMP_TYPES}")
-        if self.unclean_leader_election_enable not in ("true", "false"):
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"unclean.leader.election.enable={self.unclean_leader_election_enable!r}: expected true or false")
         policies = self.cleanup_policy.split(",")
         if not policies or any(policy.strip() not in CLEANUP_POLICIES for policy in policies):
             raise KafkaError(ErrorCode.INVALID_CONFIG,
@@ -66,6 +113,12 @@ class LogConfig:
     def compact(self) -> bool:
         """cleanup.policy includes "compact": the log cleaner keeps the latest record per key."""
         return "compact" in (policy.strip() for policy in self.cleanup_policy.split(","))
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How old the active segment may grow: segment.ms, and for a compacted log no older than
+        max.compaction.lag.ms, so its records become cleanable in time (KIP-354)."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @property
     def log_append_time(self) -> bool:
@@ -80,6 +133,8 @@ class LogConfig:
             if field_name not in _FIELD_TYPES:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown topic config {key!r}")
             kind = _FIELD_TYPES[field_name]
+            if key in BOOLEAN_CONFIGS or key in ("compression.type", "cleanup.policy"):
+                text = text.strip().lower()  # Kafka reads booleans and these names case-insensitively
             try:
                 values[field_name] = kind(text)
             except (TypeError, ValueError):
@@ -92,6 +147,20 @@ class LogConfig:
 
 
 _FIELD_TYPES = {field.name: {"int": int, "float": float}.get(field.type, str) for field in fields(LogConfig)}
+
+
+def _one_of(key: str, value: object, allowed: tuple) -> None:
+    if value not in allowed:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={value!r}: expected one of {', '.join(map(str, allowed))}")
+
+
+def _check_throttled_replicas(key: str, value: str) -> None:
+    """Kafka's ThrottledReplicaListValidator: empty, "*", or PARTITION:BROKER pairs."""
+    entries = [entry.strip() for entry in value.split(",") if entry.strip()]
+    if entries == ["*"] or all(len(pair := entry.split(":")) == 2 and all(p.strip().isdigit() for p in pair)
+                               for entry in entries):
+        return
+    raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={value!r}: expected *, or a list of PARTITION:BROKER")
 
 
 def _check(key: str, value: float, minimum: int, maximum: int) -> None:

@@ -313,13 +313,14 @@ class Log:
 
     def _maybe_roll(self, batch: RecordBatch, now_ms: int) -> None:
         """Start a new segment when this batch would overflow segment.bytes, the active
-        segment is older than segment.ms, or its offsets would not fit a relative index."""
+        segment is older than segment.ms (max.compaction.lag.ms for a compacted log), or its
+        offsets would not fit a relative index."""
         active = self.active_segment
         if active.size_bytes == 0:
             return
         rolling_timestamp = active.first_batch_timestamp if active.first_batch_timestamp != NO_TIMESTAMP else active.created_ms
         if (active.size_bytes + batch.size_bytes > self.config.segment_bytes
-                or now_ms - rolling_timestamp > self.config.segment_ms
+                or now_ms - rolling_timestamp > self.config.max_segment_ms
                 or batch.last_offset - active.base_offset > RELATIVE_OFFSET_MAX):
             self.roll(now_ms)
 

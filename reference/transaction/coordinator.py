@@ -286,6 +286,11 @@ class TransactionCoordinator:
 
     # -- timers -------------------------------------------------------------------------
 
+    def next_deadline_ms(self) -> int:
+        """When tick next looks for timed-out transactions: Kafka checks every
+        transaction.abort.timed.out.transaction.cleanup.interval.ms."""
+        return self._last_timeout_check_ms + self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+
     def tick(self, now_ms: int) -> TxnEffects:
         """Abort transactions open longer than their transaction.timeout.ms, fencing the producer."""
         effects = TxnEffects()

@@ -38,5 +38,6 @@ def test_the_suite_fails_against_a_reference_with_the_switch_on(switch, tmp_path
     outcomes = {t["test"]: t for t in document["tests"]}
     assert set(outcomes) == {test_name}, stdout[-3000:]
     assert outcomes[test_name]["outcome"] == "failed" and exit_code == 1, outcomes[test_name]
-    assert outcomes[test_name]["message"].startswith("AssertionError: expected "), outcomes[test_name]["message"]
+    verdict = f"{' '.join(outcomes[test_name]['guarantees'])}: expected "  # the guarantee ids, then the check's words
+    assert outcomes[test_name]["message"].startswith(verdict), outcomes[test_name]["message"]
 

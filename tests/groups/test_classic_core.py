@@ -133,6 +133,18 @@ def test_session_timeout_removes_a_silent_member_and_rebalances():
     assert replies["a2"]["generation_id"] == generation + 1 and replies["a2"]["leader"] == a
 
 
+def test_the_next_deadline_is_the_first_session_to_run_out():
+    """The shell's timer sleeps until next_deadline_ms, so a session expires when it is due."""
+    c = coordinator()
+    a, b, generation = stable_group_of_two(c)
+    c.heartbeat(group_id="g", member_id=a, group_instance_id=None, generation_id=generation, now_ms=DELAY_MS + 500)
+    assert c.groups["g"].next_deadline_ms() == DELAY_MS + SESSION_MS  # b's session, a's runs 500 ms longer
+    c.tick(DELAY_MS + SESSION_MS - 1)
+    assert b in c.groups["g"].members
+    c.tick(DELAY_MS + SESSION_MS)
+    assert b not in c.groups["g"].members
+
+
 def test_rebalance_timeout_drops_members_that_do_not_rejoin():
     c = coordinator()
     a, b, generation = stable_group_of_two(c)
@@ -183,6 +195,23 @@ def test_static_member_restart_keeps_its_assignment_without_rebalance():
     assert fenced == ErrorCode.FENCED_INSTANCE_ID
 
 
+def test_static_leader_restart_skips_the_assignment_without_rebalance():
+    """KIP-814: the restarted leader gets a new member id, the same generation, the members,
+    and skip_assignment; the group stays Stable with the assignment it had."""
+    c = coordinator(initial_delay_ms=0)
+    leader = join(c, "l1", instance_id="instance-1")["l1"]
+    sync(c, "s1", leader["member_id"], leader["generation_id"], {leader["member_id"]: b"all"})
+    group = c.groups["g"]
+    assert group.state == "Stable" and group.leader_id == leader["member_id"]
+    restarted = join(c, "r", instance_id="instance-1")["r"]
+    assert restarted["error_code"] == ErrorCode.NONE and restarted["skip_assignment"] is True
+    assert restarted["generation_id"] == leader["generation_id"] and restarted["member_id"] != leader["member_id"]
+    assert restarted["leader"] == restarted["member_id"] and len(restarted["members"]) == 1
+    assert group.state == "Stable"
+    replies = sync(c, "s2", restarted["member_id"], restarted["generation_id"])
+    assert replies["s2"]["assignment"] == b"all"
+
+
 def test_commit_from_unknown_member_or_stale_generation_changes_nothing():
     c = coordinator()
     a, _, generation = stable_group_of_two(c)
@@ -208,6 +237,21 @@ def test_commit_during_completing_rebalance_is_rebalance_in_progress():
                                  generation_id=reply["generation_id"], offsets=[OffsetCommit("t", 0, 1, -1, "")],
                                  now_ms=0)
     assert errors == [ErrorCode.REBALANCE_IN_PROGRESS]
+
+
+def test_commit_of_the_previous_generation_during_completing_rebalance_is_illegal_generation():
+    """Kafka checks the member and its generation before the rebalance state: a member that
+    missed a generation learns ILLEGAL_GENERATION (and rejoins), not REBALANCE_IN_PROGRESS."""
+    c = coordinator(initial_delay_ms=0)
+    a = member_id_for(c, "a0")
+    first = join(c, "a1", a)["a1"]["generation_id"]
+    sync(c, "s", a, first, {a: b"A"})
+    b = member_id_for(c, "b0")
+    assert join(c, "b1", b) == {} and set(join(c, "a2", a)) == {"a2", "b1"}  # generation first+1 syncs
+    assert c.groups["g"].state == "CompletingRebalance"
+    errors, effects = c.commit_offsets(group_id="g", member_id=a, group_instance_id=None, generation_id=first,
+                                       offsets=[OffsetCommit("t", 0, 1, -1, "")], now_ms=0)
+    assert errors == [ErrorCode.ILLEGAL_GENERATION] and effects.records == []
 
 
 def test_offset_metadata_over_the_limit_is_refused_per_partition():

@@ -112,6 +112,15 @@ def test_session_timeout_hands_partitions_to_the_others():
     assert sorted(len(client.owned) for client in clients[:2]) == [3, 3]
 
 
+def test_the_next_deadline_is_the_first_session_to_run_out():
+    c = coordinator()
+    clients = [Client(c, f"m{i}") for i in range(2)]
+    converge(clients)
+    clients[0].beat(now_ms=700)
+    assert c.groups["g"].next_deadline_ms() == SESSION_MS  # m1 last beat at 0
+    assert c.next_deadline_ms() == SESSION_MS
+
+
 def test_commit_with_a_stale_member_epoch_is_refused():
     c = coordinator()
     client = Client(c, "m")

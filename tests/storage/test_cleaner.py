@@ -139,6 +139,29 @@ def test_the_dirty_ratio_decides_when_a_pass_runs(open_log):
     assert clean(log, 2_000, force=True) is not None
 
 
+def test_a_dirty_record_older_than_max_compaction_lag_is_cleaned_whatever_the_ratio(open_log):
+    """KIP-354: max.compaction.lag.ms bounds how long a superseded value stays readable; the
+    active segment rolls by then, and a pass runs below min.cleanable.dirty.ratio."""
+    log = open_log(LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.99, max_compaction_lag_ms=5_000))
+    for i in range(10):
+        append(log, b"k%d" % i, b"v", now_ms=1_000)
+    log.roll(1_000)
+    assert clean(log, 2_000) is not None
+    append(log, b"k0", b"w", now_ms=3_000)
+    append(log, b"k1", b"w", now_ms=9_000)  # the active segment outlived max.compaction.lag.ms: rolled
+    assert log.active_segment.base_offset == 11
+    assert clean(log, 5_000) is None, "one dirty record of eleven, younger than the lag"
+    stats = clean(log, 9_000)
+    assert stats is not None and stats.first_uncleanable_offset == 11
+    assert [r.offset for r in read_all(log) if r.key == b"k0"] == [10]
+
+
+def test_min_compaction_lag_above_max_compaction_lag_is_an_invalid_config():
+    with pytest.raises(KafkaError) as refused:
+        LogConfig.from_properties({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"})
+    assert refused.value.code == ErrorCode.INVALID_CONFIG and "conflict" in refused.value.message
+
+
 def test_a_compacted_topic_refuses_records_without_a_key(open_log):
     log = open_log(COMPACTED)
     with pytest.raises(KafkaError) as refused:

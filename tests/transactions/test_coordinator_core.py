@@ -92,6 +92,15 @@ def test_timeout_aborts_and_fences_the_producer():
     assert c.add_partitions("app", init.producer_id, 0, [("t", 0)], 113).error == ErrorCode.PRODUCER_FENCED
 
 
+def test_the_timeout_check_is_due_every_cleanup_interval():
+    """The shell's timer sleeps until next_deadline_ms: the check runs when due, not a tick later."""
+    c = TransactionCoordinator(TransactionCoordinatorConfig(
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=10_000), lambda: 1000, now_ms=0)
+    assert c.next_deadline_ms() == 10_000
+    c.tick(now_ms=10_000)
+    assert c.next_deadline_ms() == 20_000
+
+
 def test_bad_timeout_and_unknown_ids_are_refused():
     c = coordinator()
     assert c.init_producer_id("app", 0, -1, -1, 0).error == ErrorCode.INVALID_TRANSACTION_TIMEOUT
