@@ -1,7 +1,8 @@
 """The asyncio shell of a cluster node (reference/node/cluster.py): the BrokerServer plus the
 traffic between nodes.
 
-Tasks, each a loop around the sans-IO cores (which ones run depends on process.roles):
+Tasks, each a loop around the sans-IO cores (which ones run depends on process.roles), each
+started through the node's Supervisor (restart or stop the node, see reference/server/README.md):
 - raft (every node): ticks the Raft core when it has timed work due, sends its outbox (one sender per voter,
   over KspecController "raft" requests), persists before sending, and replays what was committed.
   Between voters a raft message is one-way: the request carries it, the response is empty, and the
@@ -34,6 +35,7 @@ started holds clients' requests until it has caught up with the metadata log and
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import socket
@@ -54,6 +56,7 @@ from reference.protocol.messages import decode_request, decode_response, encode_
 from reference.replication import EpochEndOffset, FetchAnswer
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
+from reference.server.supervisor import Policy
 
 log = logging.getLogger("kspec.cluster")
 
@@ -184,10 +187,15 @@ class ClusterServer(BrokerServer):
         self._raft_queues = {node_id: asyncio.Queue() for node_id in self.broker.voters
                              if node_id != self.broker.config.node_id}
         config = self.broker.config
-        self._tasks = [asyncio.create_task(loop) for loop in (
-            self._raft_loop(), *(self._raft_sender(node_id) for node_id in self._raft_queues),
-            *((self._lifecycle_loop(), self._fetcher_manager_loop()) if config.is_broker else ()),
-            *((self._controller_loop(),) if config.is_controller else ()))]
+        loops = [("raft", self._raft_loop, Policy.STOP_NODE),
+                 *((f"raft-sender-{node_id}", functools.partial(self._raft_sender, node_id), Policy.RESTART)
+                   for node_id in self._raft_queues)]
+        if config.is_broker:
+            loops += [("lifecycle", self._lifecycle_loop, Policy.RESTART),
+                      ("fetcher-manager", self._fetcher_manager_loop, Policy.RESTART)]
+        if config.is_controller:
+            loops.append(("controller", self._controller_loop, Policy.STOP_NODE))
+        self._tasks = [self.supervisor.start(name, loop, policy) for name, loop, policy in loops]
         return address
 
     async def stop(self) -> None:
@@ -556,7 +564,8 @@ class ClusterServer(BrokerServer):
         while True:
             for leader_id in self.broker.followed_partitions():
                 if leader_id not in self._fetchers or self._fetchers[leader_id].done():
-                    self._fetchers[leader_id] = asyncio.create_task(self._fetch_from(leader_id))
+                    self._fetchers[leader_id] = self.supervisor.start(
+                        f"replica-fetcher-{leader_id}", functools.partial(self._fetch_from, leader_id), Policy.RESTART)
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
 
     async def _fetch_from(self, leader_id: int) -> None:

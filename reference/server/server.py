@@ -13,11 +13,18 @@ version, a header or body that does not decode) closes that connection only, wit
 line saying who and what; nothing is written to any log. ApiVersions of an unsupported
 version gets the KIP-511 v0 reply instead. A timer calls `Broker.tick` with the time, for
 flush.ms and retention, and the group and transaction coordinators' timers.
+
+The accept and tick loops run under the node's Supervisor (reference/server/supervisor.py).
+An accept that fails for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) or because the
+client gave up first (ECONNABORTED) is logged at most once per ACCEPT_ERROR_LOG_INTERVAL_MS
+and survived: the loop pauses ACCEPT_ERROR_PAUSE_MS (the listener stays readable, so it
+would spin) and accepts again, as Kafka's Acceptor does.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import inspect
 import logging
 import socket
@@ -40,12 +47,16 @@ from reference.protocol.messages import (
 )
 from reference.protocol.primitives import ProtocolDecodeError
 from reference.server.purgatory import FetchPurgatory
+from reference.server.supervisor import Policy, Supervisor
 
 log = logging.getLogger("kspec.broker")
 
 LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
+ACCEPT_ERRORS_SURVIVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED})
+ACCEPT_ERROR_PAUSE_MS = 100
+ACCEPT_ERROR_LOG_INTERVAL_MS = 10_000
 
 
 def now_ms() -> int:
@@ -66,6 +77,7 @@ class BrokerServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.purgatory = FetchPurgatory()
+        self.supervisor = Supervisor()
         self._listener: socket.socket | None = None
         self._serving = False
         self._acceptor: asyncio.Task | None = None
@@ -83,8 +95,8 @@ class BrokerServer:
         host, port = self._listener.getsockname()[:2]
         self.broker.config = dataclasses.replace(config, listen_port=port)
         self._serving = True
-        self._acceptor = asyncio.create_task(self._accept_forever())
-        self._ticker = asyncio.create_task(self._tick_forever())
+        self._acceptor = self.supervisor.start("accept", self._accept_forever, Policy.RESTART)
+        self._ticker = self.supervisor.start("tick", self._tick_forever, Policy.RESTART)
         return host, port
 
     async def stop(self) -> None:
@@ -106,8 +118,22 @@ class BrokerServer:
 
     async def _accept_forever(self) -> None:
         loop = asyncio.get_running_loop()
+        failed_accepts = 0  # since the last log line about them
+        last_logged_ms = -ACCEPT_ERROR_LOG_INTERVAL_MS
         while True:
-            connection, _ = await loop.sock_accept(self._listener)
+            try:
+                connection, _ = await loop.sock_accept(self._listener)
+            except OSError as error:
+                if error.errno not in ACCEPT_ERRORS_SURVIVED:
+                    raise
+                failed_accepts += 1
+                if time.monotonic() * 1000 - last_logged_ms >= ACCEPT_ERROR_LOG_INTERVAL_MS:
+                    last_logged_ms = time.monotonic() * 1000
+                    log.warning("accept failed %d time(s): %s; open connections: %d", failed_accepts,
+                                errno.errorcode.get(error.errno, error.errno), len(self._connections))
+                    failed_accepts = 0
+                await asyncio.sleep(ACCEPT_ERROR_PAUSE_MS / 1000)
+                continue
             task = asyncio.create_task(self._serve(connection))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
