@@ -40,6 +40,7 @@ from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
+from reference.protocol.validator import ValidationRules, validate_records
 from reference.storage.config import LogConfig
 from reference.storage.cleaner import complete_or_discard_swaps
 from reference.storage.producer_state import ProducerStateManager
@@ -232,6 +233,13 @@ class Log:
 
     # ------------------------------------------------------------ appending
 
+    @property
+    def validation_rules(self) -> ValidationRules:
+        """What this log's topic configs ask of a produced batch (read on each append: configs change)."""
+        config = self.config
+        return ValidationRules(config.max_message_bytes, config.compact, config.log_append_time,
+                               config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+
     def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate a Produce request's records (or a coordinator's transaction marker) for
@@ -242,8 +250,7 @@ class Log:
             batch = self._check_marker(records)
         else:
             (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
-            if self.config.compact and any(record.key is None for record in batch.records()):
-                raise KafkaError(ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key")
+            validate_records(batch, self.validation_rules, now_ms)
         if batch.producer_id >= 0 and not batch.is_control:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:

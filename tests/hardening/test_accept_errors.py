@@ -1,6 +1,7 @@
 """A real `kspec broker` whose file descriptors run out (RLIMIT_NOFILE lowered on the live
 process) logs the failed accepts, keeps running, and serves a new client once connections
-are released: EMFILE does not end its accept loop."""
+are released: EMFILE does not end its accept loop. (Other tasks that open files meanwhile, the
+tick's flush among them, fail and are restarted by the supervisor.)"""
 from __future__ import annotations
 
 import os
@@ -50,7 +51,7 @@ def test_a_broker_out_of_file_descriptors_survives_and_serves_again(tmp_path):
             client.close()
         with open(broker.stderr_path, errors="replace") as log:
             text = log.read()
-        assert "EMFILE" in text and "Traceback" not in text
+        assert "EMFILE" in text and "task accept failed" not in text, "accept errors are survived, not restarts"
         assert text.count("accept failed") <= 3, "rate-limited to one line per 10 s"
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (1024, hard))
     assert broker.process.returncode == 0
