@@ -18,7 +18,10 @@ The accept and tick loops run under the node's Supervisor (reference/server/supe
 An accept that fails for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) or because the
 client gave up first (ECONNABORTED) is logged at most once per ACCEPT_ERROR_LOG_INTERVAL_MS
 and survived: the loop pauses ACCEPT_ERROR_PAUSE_MS (the listener stays readable, so it
-would spin) and accepts again, as Kafka's Acceptor does.
+would spin) and accepts again, as Kafka's Acceptor does. Connection quotas (max.connections,
+max.connections.per.ip; reference/server/limits.py) are applied as connections are accepted,
+and a connection that sends nothing for connections.max.idle.ms (a stalled partial frame
+included) is closed.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ from reference.protocol.messages import (
     unsupported_api_versions_response,
 )
 from reference.protocol.primitives import ProtocolDecodeError
+from reference.server.limits import ConnectionQuotas
 from reference.server.purgatory import FetchPurgatory
 from reference.server.supervisor import Policy, Supervisor
 
@@ -78,6 +82,8 @@ class BrokerServer:
         self.broker = broker
         self.purgatory = FetchPurgatory()
         self.supervisor = Supervisor()
+        self.quotas = ConnectionQuotas(broker.config.max_connections, broker.config.max_connections_per_ip)
+        self._connection_ended = asyncio.Event()
         self._listener: socket.socket | None = None
         self._serving = False
         self._acceptor: asyncio.Task | None = None
@@ -121,8 +127,11 @@ class BrokerServer:
         failed_accepts = 0  # since the last log line about them
         last_logged_ms = -ACCEPT_ERROR_LOG_INTERVAL_MS
         while True:
+            while self.quotas.full:  # max.connections: wait for a slot, the kernel's backlog holds the rest
+                self._connection_ended.clear()
+                await self._connection_ended.wait()
             try:
-                connection, _ = await loop.sock_accept(self._listener)
+                connection, address = await loop.sock_accept(self._listener)
             except OSError as error:
                 if error.errno not in ACCEPT_ERRORS_SURVIVED:
                     raise
@@ -134,29 +143,41 @@ class BrokerServer:
                     failed_accepts = 0
                 await asyncio.sleep(ACCEPT_ERROR_PAUSE_MS / 1000)
                 continue
-            task = asyncio.create_task(self._serve(connection))
+            ip = address[0]
+            if not self.quotas.admit(ip):
+                log.info("closing connection from %s: max.connections.per.ip=%d reached", ip,
+                         self.quotas.max_connections_per_ip)
+                connection.close()
+                continue
+            task = asyncio.create_task(self._serve(connection, ip))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, connection: socket.socket) -> None:
+    async def _serve(self, connection: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
         peer = "?"
         try:
             peer = "%s:%s" % connection.getpeername()[:2]
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
-            while received := await loop.sock_recv_into(connection, decoder.get_buffer()):
+            while received := await asyncio.wait_for(loop.sock_recv_into(connection, decoder.get_buffer()), idle_s):
                 for frame in decoder.buffer_updated(received):
                     for chunk in await self._handle(frame) or ():
                         await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
+        except asyncio.TimeoutError:
+            log.info("closing connection from %s: idle for connections.max.idle.ms=%d", peer,
+                     self.broker.config.connections_max_idle_ms)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             connection.close()
+            self.quotas.release(ip)
+            self._connection_ended.set()
 
     async def _handle(self, frame) -> list | None:
         """One request frame -> the response frame's chunks, or None when none is sent."""

@@ -1,0 +1,87 @@
+"""Connection limits of a real `kspec broker`, by Kafka's names: max.connections.per.ip refuses
+the connection over it, max.connections holds new ones back until a slot frees, and
+connections.max.idle.ms closes connections that send nothing, a stalled partial frame
+included; through all of it a new client is served."""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+from reference.process import BrokerProcess
+from reference.protocol.api_keys import ApiKey
+from tests.broker.conftest import RawClient
+
+WAIT_S = 30.0
+METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+
+
+def connect(bootstrap: str) -> socket.socket:
+    host, port = bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=WAIT_S)
+
+
+def closed_by_broker(connection: socket.socket, timeout_s: float) -> bool:
+    connection.settimeout(timeout_s)
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def served(bootstrap: str) -> bool:
+    client = RawClient(bootstrap)
+    try:
+        return [b.node_id for b in client.request(ApiKey.METADATA, 12, METADATA).brokers] == [0]
+    finally:
+        client.close()
+
+
+def test_max_connections_per_ip_refuses_the_one_over_it(tmp_path):
+    with BrokerProcess(str(tmp_path / "data"), overrides={"max.connections.per.ip": "5"}) as broker:
+        held = [connect(broker.bootstrap) for _ in range(5)]
+        extra = connect(broker.bootstrap)
+        assert closed_by_broker(extra, WAIT_S)
+        assert not any(closed_by_broker(connection, 0.2) for connection in held)
+        held.pop().close()
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:  # the broker sees the close when it reads, then frees the slot
+            try:
+                if served(broker.bootstrap):
+                    break
+            except ConnectionError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("a freed slot is not given to a new client")
+        for connection in held:
+            connection.close()
+
+
+def test_max_connections_holds_new_connections_until_a_slot_frees(tmp_path):
+    with BrokerProcess(str(tmp_path / "data"), overrides={"max.connections": "20"}) as broker:
+        held = [connect(broker.bootstrap) for _ in range(20)]
+        waiting = RawClient(broker.bootstrap)  # queued in the kernel's backlog, not accepted
+        correlation_id = waiting.send(ApiKey.METADATA, 12, METADATA)
+        assert waiting.nothing_to_read(1.0)
+        held.pop().close()
+        assert [b.node_id for b in waiting.receive(ApiKey.METADATA, 12, correlation_id).brokers] == [0]
+        waiting.close()
+        for connection in held:
+            connection.close()
+
+
+def test_idle_connections_and_stalled_partial_frames_are_closed_and_new_clients_served(tmp_path):
+    with BrokerProcess(str(tmp_path / "data"), overrides={"connections.max.idle.ms": "1000"}) as broker:
+        idle = [connect(broker.bootstrap) for _ in range(200)]
+        stalled = [connect(broker.bootstrap) for _ in range(20)]
+        for connection in stalled:
+            connection.sendall(struct.pack(">i", 1 << 20) + b"\x00" * 10)  # 1 MiB declared, 10 bytes sent
+        assert served(broker.bootstrap)
+        started = time.monotonic()
+        assert all(closed_by_broker(connection, WAIT_S) for connection in idle + stalled)
+        assert time.monotonic() - started < WAIT_S
+        assert served(broker.bootstrap)
+        for connection in idle + stalled:
+            connection.close()
