@@ -25,6 +25,7 @@ from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
+from reference.storage.atomic import replace_file
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
@@ -348,12 +349,8 @@ class Broker:
                 )
             return properties["cluster.id"]
         cluster_id = self._new_cluster_id()
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
-                    f"version={META_PROPERTIES_VERSION}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(path, f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
+                           f"version={META_PROPERTIES_VERSION}\n".encode())
         return cluster_id
 
     def _new_cluster_id(self) -> str:

@@ -61,6 +61,7 @@ from reference.replication import (
     Role,
 )
 from reference.storage import AppendOrigin, Log
+from reference.storage.atomic import replace_file
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
@@ -535,11 +536,7 @@ class ClusterBroker(Broker):
         """Kafka's format: a version line (0), a count line, then `topic partition offset` lines."""
         lines = [f"{tp.topic} {tp.partition} {replica.high_watermark}" for tp, replica in sorted(self.partitions.items())]
         path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write("\n".join(["0", str(len(lines)), *lines]) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(path, ("\n".join(["0", str(len(lines)), *lines]) + "\n").encode())
 
     def _read_hw_checkpoint(self) -> dict[TopicPartition, int]:
         path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, rebuild_batch
+from reference.storage.atomic import replace_file
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment
 
 if TYPE_CHECKING:
@@ -69,12 +70,8 @@ class CleanerCheckpoint:
             return cls()
 
     def write(self, dir_path: str) -> None:
-        path = os.path.join(dir_path, CHECKPOINT_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"first_dirty_offset": self.first_dirty_offset, "delete_horizon_ms": self.delete_horizon_ms}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(os.path.join(dir_path, CHECKPOINT_FILE), json.dumps(
+            {"first_dirty_offset": self.first_dirty_offset, "delete_horizon_ms": self.delete_horizon_ms}).encode())
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
 from reference.protocol.validator import ValidationRules, validate_records
 from reference.storage.config import LogConfig
+from reference.storage.atomic import replace_file
 from reference.storage.cleaner import complete_or_discard_swaps
 from reference.storage.producer_state import ProducerStateManager
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
@@ -193,12 +194,7 @@ class Log:
             self._set_recovery_point(self.active_segment.base_offset)
 
     def _write_atomically(self, name: str, data: bytes) -> None:
-        path = os.path.join(self.dir_path, name)
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(os.path.join(self.dir_path, name), data)
 
     def _snapshot_offsets(self) -> list[int]:
         return sorted(int(name[: -len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.dir_path)
