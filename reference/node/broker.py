@@ -11,6 +11,7 @@ raised as KafkaError; handlers turn them into error codes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from reference.replication import EpochEndOffset
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
 from reference.storage.atomic import replace_file
+from reference.storage.log_dir_failure import LogDirFailureChannel
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
@@ -79,6 +81,7 @@ class Broker:
         assert config.log_dirs, "log.dirs is required"
         self.config = config
         self.data_dir = config.log_dirs
+        self.log_dir_failures = LogDirFailureChannel()
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._load_meta_properties()
         self.image = MetadataImage()
@@ -277,14 +280,29 @@ class Broker:
         if acks == -1 and partition.log.config.min_insync_replicas > 1:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR size 1 < min.insync.replicas={partition.log.config.min_insync_replicas}")
-        info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms, origin)
+        with self.storage_io():
+            info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms, origin)
         partition.advance_high_watermark()
         self.appended.add(topic_partition)
         return info
 
+    @contextlib.contextmanager
+    def storage_io(self):
+        """Around writes to the log dir: an OSError takes it offline (storage/log_dir_failure.py)
+        and is raised as KAFKA_STORAGE_ERROR; once offline, nothing more is written there."""
+        self.log_dir_failures.check_online(self.data_dir)
+        try:
+            yield
+        except OSError as error:
+            raise self.log_dir_failures.fail(self.data_dir, error) from error
+
     def tick(self, now_ms: int) -> None:
         """Periodic work: time-based flush (flush.ms), retention (log.retention.check.interval.ms)
         and compaction of compacted topics (log.cleaner.enable, log.cleaner.backoff.ms)."""
+        with self.storage_io():
+            self._tick(now_ms)
+
+    def _tick(self, now_ms: int) -> None:
         for partition in self.partitions.values():
             if now_ms - partition.last_flush_ms >= partition.log.config.flush_ms:
                 partition.log.flush(now_ms)
@@ -323,8 +341,9 @@ class Broker:
         """Write metadata records to the metadata log (flushed: metadata is durable), then apply them."""
         values = [json.dumps(record, sort_keys=True).encode() for record in records]
         batch = build_batch([Record(timestamp=now_ms, value=value) for value in values])
-        self.metadata_log.append_as_leader(batch, 0, now_ms)
-        self.metadata_log.flush(now_ms)
+        with self.storage_io():
+            self.metadata_log.append_as_leader(batch, 0, now_ms)
+            self.metadata_log.flush(now_ms)
         for record in records:
             self.image.apply(record)
 

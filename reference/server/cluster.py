@@ -395,7 +395,8 @@ class ClusterServer(BrokerServer):
         """After any Raft input: persist, hand the outbox to the senders, replay what committed."""
         now = now_ms()
         raft = self.broker.raft
-        raft.persist(now)
+        with self.broker.storage_io():  # the metadata log and quorum state: a failure stops the node
+            raft.persist(now)
         for destination, message in raft.take_outbox():
             if destination not in self._raft_queues:  # an observer: the answer rides on its pending request
                 answer = self._observer_fetches.pop(destination, None)
@@ -640,7 +641,8 @@ class ClusterServer(BrokerServer):
             progressed = progressed or error == ErrorCode.NONE
             # Fetch does not carry the leader's log end offset; on OFFSET_OUT_OF_RANGE its high
             # watermark (<= its log end offset) tells a follower that is ahead to truncate.
-            replica.handle_fetch_answer(request, FetchAnswer(
-                error, answer.records or b"", answer.high_watermark, answer.log_start_offset,
-                answer.high_watermark), now)
+            with self.broker.storage_io():
+                replica.handle_fetch_answer(request, FetchAnswer(
+                    error, answer.records or b"", answer.high_watermark, answer.log_start_offset,
+                    answer.high_watermark), now)
         return progressed

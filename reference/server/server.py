@@ -82,6 +82,8 @@ class BrokerServer:
         self.broker = broker
         self.purgatory = FetchPurgatory()
         self.supervisor = Supervisor()
+        broker.log_dir_failures.on_failure = lambda log_dir, error: self.supervisor.stop_node(
+            f"every log dir has failed (log.dirs={log_dir}): {error}")
         self.quotas = ConnectionQuotas(broker.config.max_connections, broker.config.max_connections_per_ip)
         self._connection_ended = asyncio.Event()
         self._listener: socket.socket | None = None

@@ -173,7 +173,8 @@ class Log:
         while done < len(self._rolled_flushes) and self._rolled_flushes[done].done():
             done += 1
         if done:
-            end_offset = self._rolled_flushes[done - 1].result()
+            end_offsets = [flushed.result() for flushed in self._rolled_flushes[:done]]  # a failed fsync raises
+            end_offset = end_offsets[-1]
             del self._rolled_flushes[:done]
             if end_offset > self._recovery_point:
                 self._set_recovery_point(end_offset)
