@@ -39,7 +39,9 @@ from reference.protocol.records import (
 )
 
 _INT32 = struct.Struct(">i")
-RECORD_ERRORS_IN_MESSAGE_MAX = 3  # as Kafka, the error message quotes the first three record errors
+RECORD_ERRORS_IN_MESSAGE_MAX = 3
+DECOMPRESS_RATIO_GUESS = 8  # the first buffer for lz4 and zstd: this many times the compressed size
+DECOMPRESS_BUFFER_BYTES_MIN = 64 * 1024  # as Kafka, the error message quotes the first three record errors
 
 
 @dataclass(frozen=True)
@@ -179,20 +181,32 @@ def decompress_bounded(compression: int, data: memoryview, max_bytes: int) -> by
                     raise too_large
                 return bytes(cramjam.snappy.decompress_raw(data))
             case CompressionType.LZ4 | CompressionType.ZSTD:
-                codec = cramjam.lz4 if compression == CompressionType.LZ4 else cramjam.zstd
-                out = bytearray(max_bytes + 1)
-                try:
-                    written = codec.decompress_into(data, out)
-                except cramjam.DecompressionError as e:
-                    if "whole buffer" in str(e):  # it filled max_bytes + 1 and had more
-                        raise too_large from None
-                    raise
-                if written > max_bytes:
-                    raise too_large
-                return bytes(memoryview(out)[:written])
+                return _decompress_into_growing(compression, data, max_bytes, too_large)
     except (zlib.error, cramjam.DecompressionError, struct.error, ValueError) as e:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"cannot decompress codec {compression}: {e}") from e
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec id {compression}")
+
+
+def _decompress_into_growing(compression: int, data: memoryview, max_bytes: int, too_large: KafkaError) -> bytes:
+    """lz4 and zstd into a buffer that starts at DECOMPRESS_RATIO_GUESS times the input and
+    grows fourfold while it fills up, up to max_bytes + 1: a buffer of max.message.bytes for
+    every small batch would cost more than its decompression."""
+    codec = cramjam.lz4 if compression == CompressionType.LZ4 else cramjam.zstd
+    capacity = min(max(DECOMPRESS_BUFFER_BYTES_MIN, DECOMPRESS_RATIO_GUESS * len(data)), max_bytes + 1)
+    while True:
+        out = bytearray(capacity)
+        try:
+            written = codec.decompress_into(data, out)
+        except cramjam.DecompressionError as e:
+            if "whole buffer" not in str(e):
+                raise
+            if capacity > max_bytes:  # it filled max_bytes + 1 and had more
+                raise too_large from None
+            capacity = min(capacity * 4, max_bytes + 1)
+            continue
+        if written > max_bytes:
+            raise too_large
+        return bytes(memoryview(out)[:written])
 
 
 def _xerial_bounded(view: memoryview, max_bytes: int, too_large: KafkaError) -> bytes:
