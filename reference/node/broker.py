@@ -13,9 +13,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import re
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from reference.config import BrokerConfig, read_properties_file
@@ -37,6 +39,12 @@ TOPIC_NAME_BYTES_MAX = 249
 TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PRODUCER_ID_BLOCK_SIZE = 1000  # ids handed out per ProducerIdsRecord, as Kafka's controller does
+# Compaction's heavy part (offset map, rewriting segments) runs here, off the event loop, so a
+# long pass never delays timers or answers; plans and swaps stay on the loop (storage/cleaner.py).
+LOG_CLEANER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+CLEANED_GROUPS_PER_TICK = 2  # cleaned segments swapped in per tick (each swap renames, deletes, fsyncs)
+
+logger = logging.getLogger("kspec.broker")
 
 
 @dataclass(frozen=True, order=True)
@@ -95,6 +103,7 @@ class Broker:
         self._producer_id_next = self.image.next_producer_id
         self._last_retention_check_ms = now_ms
         self._last_cleaner_run_ms = now_ms
+        self._cleaning: dict[str, tuple[Log, cleaner.CleaningPlan, Future]] = {}  # dir -> pass on LOG_CLEANER
         self.appended: set[TopicPartition] = set()  # effects for the shell: wake fetches
 
     # -- metadata ---------------------------------------------------------------------
@@ -311,14 +320,41 @@ class Broker:
             self._last_retention_check_ms = now_ms
             for partition in self.partitions.values():
                 partition.log.enforce_retention(now_ms, high_watermark=partition.high_watermark)
+        self._commit_cleaned()
         if self.config.log_cleaner_enable and now_ms - self._last_cleaner_run_ms >= self.config.log_cleaner_backoff_ms:
             self._last_cleaner_run_ms = now_ms
             for partition in self.partitions.values():
-                if partition.log.config.compact:
-                    cleaner.clean(partition.log, now_ms, high_watermark=partition.high_watermark)
+                if partition.log.config.compact and partition.log.dir_path not in self._cleaning:
+                    plan = cleaner.plan_pass(partition.log, now_ms, high_watermark=partition.high_watermark)
+                    if plan is not None:
+                        self._cleaning[partition.log.dir_path] = (partition.log, plan,
+                                                                  LOG_CLEANER.submit(cleaner.build, plan))
+
+    def _commit_cleaned(self) -> None:
+        """Swap in the passes the cleaner thread finished, for logs still open. A pass whose
+        build failed (retention or a deletion removed a segment under it) is dropped; its
+        `.cleaned` files go when the log is next opened."""
+        open_logs = {id(partition.log) for partition in self.partitions.values()}
+        for dir_path, (log, plan, built) in list(self._cleaning.items()):
+            if not built.done():
+                continue
+            del self._cleaning[dir_path]
+            if id(log) not in open_logs:
+                continue
+            try:
+                result = built.result()
+            except FileNotFoundError as error:
+                logger.info("compaction of %s dropped: %s", dir_path, error)
+                continue
+            if not cleaner.commit(log, plan, result, groups_max=CLEANED_GROUPS_PER_TICK):
+                self._cleaning[dir_path] = (log, plan, built)  # the rest on the next ticks
 
     def close(self) -> None:
-        """Flush and close every log; each leaves its clean-shutdown marker."""
+        """Wait for the cleaner thread (its passes are dropped), then flush and close every log;
+        each leaves its clean-shutdown marker."""
+        for _, _, built in self._cleaning.values():
+            built.exception()  # waits; what it wrote is discarded when the log is next opened
+        self._cleaning.clear()
         for partition in self.partitions.values():
             partition.log.close()
         self.metadata_log.close()
