@@ -1,7 +1,8 @@
 """Connection limits of a real `kspec broker`, by Kafka's names: max.connections.per.ip refuses
 the connection over it, max.connections holds new ones back until a slot frees, and
 connections.max.idle.ms closes connections that send nothing, a stalled partial frame
-included; through all of it a new client is served."""
+included (through all of it a new client is served), and the broker's fetch.max.bytes caps
+what one consumer Fetch carries."""
 from __future__ import annotations
 
 import socket
@@ -11,6 +12,7 @@ import time
 from reference.process import BrokerProcess
 from reference.protocol.api_keys import ApiKey
 from tests.broker.conftest import RawClient
+from tests.broker.helpers import batch_of, create_topic, fetch_request, produce
 
 WAIT_S = 30.0
 METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
@@ -85,3 +87,20 @@ def test_idle_connections_and_stalled_partial_frames_are_closed_and_new_clients_
         assert served(broker.bootstrap)
         for connection in idle + stalled:
             connection.close()
+
+
+def test_the_broker_fetch_max_bytes_caps_a_consumer_fetch_but_one_batch_always_comes(tmp_path):
+    with BrokerProcess(str(tmp_path / "data"), overrides={"fetch.max.bytes": "3000"}) as broker:
+        client = RawClient(broker.bootstrap)
+        try:
+            assert create_topic(client, "capped", partitions=3).error_code == 0
+            for partition in range(3):
+                assert produce(client, "capped", batch_of([b"x" * 2000]), partition=partition).error_code == 0
+            request = fetch_request("capped", 0, max_bytes=1 << 20)
+            request["topics"][0]["partitions"] = [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                                  for p in range(3)]
+            response = client.request(ApiKey.FETCH, 12, request)
+            sizes = [len(p.records or b"") for p in response.responses[0].partitions]
+            assert sizes[0] > 2000 and sizes[1:] == [0, 0], sizes
+        finally:
+            client.close()
