@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import socket
 import struct
 import sys
@@ -208,63 +209,75 @@ def check_logs(bootstrap: str, acked: list[tuple[str, int, bytes]]) -> list[str]
     return problems
 
 
+def fuzz(broker: BrokerProcess, rng: random.Random, args) -> tuple:
+    """The fuzzing run itself, then the clean restart and the check of what was stored."""
+    crashes = hangs = 0
+    acked: list[tuple[str, int, bytes]] = []
+    bootstrap = broker.start()
+    for topic, configs in zip(TOPICS, ({}, {"cleanup.policy": "compact"})):
+        request(bootstrap, ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1,
+                "replication_factor": 1, "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                "timeout_ms": 5000})
+    base = templates(rng)
+    host, port = bootstrap.rsplit(":", 1)
+    sent = handled = closed_bursts = 0
+    started = time.monotonic()
+    next_report = 100_000
+    while sent < args.frames:
+        burst = [fuzzed_frame(rng, base, may_close=index == FRAMES_PER_BURST - 1)
+                 for index in range(FRAMES_PER_BURST)]
+        try:
+            with socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) as sock:
+                sock.settimeout(SOCKET_TIMEOUT_S)
+                sock.sendall(b"".join(burst) + probe_frame())
+                sock.shutdown(socket.SHUT_WR)  # a frame whose size lies is not waited for: EOF ends it
+                answers, survived = read_frames(sock)
+        except OSError:
+            answers, survived = [], False
+        sent += len(burst)
+        handled += len(answers) - survived + (not survived)  # answered, or the frame that closed it
+        if not survived:
+            closed_bursts += 1
+            if not broker.running:
+                crashes += 1
+                print(f"CRASH after {sent} frames (seed {args.seed}); see {broker.stderr_path}", flush=True)
+                bootstrap = broker.start()
+            elif not alive(bootstrap):
+                hangs += 1
+                print(f"HANG after {sent} frames (seed {args.seed})", flush=True)
+        if sent // 10_000 != (sent - len(burst)) // 10_000:  # now and then, a produce that must be kept
+            topic = rng.choice(TOPICS)
+            if (kept := acked_produce(bootstrap, rng, topic)) is not None:
+                acked.append((topic, *kept))
+        if sent >= next_report:
+            next_report += 100_000
+            print(f"{sent} frames in {time.monotonic() - started:.0f} s "
+                  f"({closed_bursts} bursts ended by a closed connection)", flush=True)
+    elapsed_s = time.monotonic() - started
+    exit_code = broker.stop()
+    with open(broker.stderr_path, errors="replace") as log:
+        internal_errors = sum("internal error" in line for line in log)
+    bootstrap = broker.start()  # recovery of everything the fuzz stored
+    corruption = check_logs(bootstrap, acked)
+    broker.stop()
+    return crashes, hangs, internal_errors, corruption, exit_code, sent, handled, elapsed_s, acked
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=1_000_000, help="frames to send")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generator (a run is reproducible)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the broker is killed on the way out
     rng = random.Random(args.seed)
-    crashes = hangs = 0
-    acked: list[tuple[str, int, bytes]] = []
     with tempfile.TemporaryDirectory(prefix="kspec-fuzz-") as tmp:
         broker = BrokerProcess(f"{tmp}/data", overrides={"message.max.bytes": "200000"})
-        bootstrap = broker.start()
-        for topic, configs in zip(TOPICS, ({}, {"cleanup.policy": "compact"})):
-            request(bootstrap, ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": topic, "num_partitions": 1,
-                    "replication_factor": 1, "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
-                    "timeout_ms": 5000})
-        base = templates(rng)
-        host, port = bootstrap.rsplit(":", 1)
-        sent = handled = closed_bursts = 0
-        started = time.monotonic()
-        next_report = 100_000
-        while sent < args.frames:
-            burst = [fuzzed_frame(rng, base, may_close=index == FRAMES_PER_BURST - 1)
-                     for index in range(FRAMES_PER_BURST)]
-            try:
-                with socket.create_connection((host, int(port)), timeout=SOCKET_TIMEOUT_S) as sock:
-                    sock.settimeout(SOCKET_TIMEOUT_S)
-                    sock.sendall(b"".join(burst) + probe_frame())
-                    sock.shutdown(socket.SHUT_WR)  # a frame whose size lies is not waited for: EOF ends it
-                    answers, survived = read_frames(sock)
-            except OSError:
-                answers, survived = [], False
-            sent += len(burst)
-            handled += len(answers) - survived + (not survived)  # answered, or the frame that closed it
-            if not survived:
-                closed_bursts += 1
-                if not broker.running:
-                    crashes += 1
-                    print(f"CRASH after {sent} frames (seed {args.seed}); see {broker.stderr_path}", flush=True)
-                    bootstrap = broker.start()
-                elif not alive(bootstrap):
-                    hangs += 1
-                    print(f"HANG after {sent} frames (seed {args.seed})", flush=True)
-            if sent // 10_000 != (sent - len(burst)) // 10_000:  # now and then, a produce that must be kept
-                topic = rng.choice(TOPICS)
-                if (kept := acked_produce(bootstrap, rng, topic)) is not None:
-                    acked.append((topic, *kept))
-            if sent >= next_report:
-                next_report += 100_000
-                print(f"{sent} frames in {time.monotonic() - started:.0f} s "
-                      f"({closed_bursts} bursts ended by a closed connection)", flush=True)
-        elapsed_s = time.monotonic() - started
-        exit_code = broker.stop()
-        with open(broker.stderr_path, errors="replace") as log:
-            internal_errors = sum("internal error" in line for line in log)
-        bootstrap = broker.start()  # recovery of everything the fuzz stored
-        corruption = check_logs(bootstrap, acked)
-        broker.stop()
+        try:
+            summary = fuzz(broker, rng, args)
+        finally:
+            if broker.running:
+                broker.kill()
+    crashes, hangs, internal_errors, corruption, exit_code, sent, handled, elapsed_s, acked = summary
     for problem in corruption:
         print("LOG CORRUPTION:", problem)
     print(f"frames {sent} sent, {handled} handled by the broker (answered, or closing the connection), "
