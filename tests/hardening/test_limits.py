@@ -15,6 +15,8 @@ from tests.broker.conftest import RawClient
 from tests.broker.helpers import batch_of, create_topic, fetch_request, produce
 
 WAIT_S = 30.0
+STALLED_FRAMES = 40
+STALLED_FRAME_BYTES = 20 << 20
 METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 
 
@@ -74,13 +76,21 @@ def test_max_connections_holds_new_connections_until_a_slot_frees(tmp_path):
             connection.close()
 
 
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+
 def test_idle_connections_and_stalled_partial_frames_are_closed_and_new_clients_served(tmp_path):
-    with BrokerProcess(str(tmp_path / "data"), overrides={"connections.max.idle.ms": "1000"}) as broker:
+    with BrokerProcess(str(tmp_path / "data"), overrides={"connections.max.idle.ms": "3000"}) as broker:
+        rss_before = rss_bytes(broker.process.pid)
         idle = [connect(broker.bootstrap) for _ in range(200)]
-        stalled = [connect(broker.bootstrap) for _ in range(20)]
-        for connection in stalled:
-            connection.sendall(struct.pack(">i", 1 << 20) + b"\x00" * 10)  # 1 MiB declared, 10 bytes sent
+        stalled = [connect(broker.bootstrap) for _ in range(STALLED_FRAMES)]
+        for connection in stalled:  # 20 MiB declared, 100 KB sent: buffers grow with what arrives
+            connection.sendall(struct.pack(">i", STALLED_FRAME_BYTES) + b"\x00" * 100_000)
         assert served(broker.bootstrap)
+        rss_growth = rss_bytes(broker.process.pid) - rss_before
+        assert rss_growth < STALLED_FRAMES * STALLED_FRAME_BYTES // 10, f"{rss_growth} bytes for stalled frames"
         started = time.monotonic()
         assert all(closed_by_broker(connection, WAIT_S) for connection in idle + stalled)
         assert time.monotonic() - started < WAIT_S
