@@ -3,6 +3,7 @@ with anything wrong in it is refused with Kafka's error (per-record errors, KIP-
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import pytest
 
@@ -87,3 +88,17 @@ def test_timestamps_outside_the_before_and_after_bounds_are_invalid_timestamps()
     assert error.code == ErrorCode.INVALID_TIMESTAMP and [i for i, _ in error.record_errors] == [1, 2]
     log_append = ValidationRules(**{**rules.__dict__, "log_append_time": True})
     validate_records(RecordBatch(raw), log_append, now_ms)  # the broker's clock stamps them: not checked
+
+
+@pytest.mark.parametrize("compression", [CompressionType.LZ4, CompressionType.ZSTD])
+def test_a_small_batch_is_decompressed_into_a_small_buffer_whatever_the_limit(compression):
+    """Found by bench_fuzz: every lz4 or zstd batch got a buffer of max.message.bytes + 1."""
+    raw = batch([record(i, value=b"v" * 100) for i in range(10)], compression=compression)
+    tracemalloc.start()
+    try:
+        validate_records(RecordBatch(raw), ValidationRules(**{**RULES.__dict__, "max_message_bytes": 1 << 30}),
+                         int(time.time() * 1000))
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak_bytes < 1 << 20, peak_bytes
