@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -74,6 +75,14 @@ async def _run(broker_state: Broker) -> None:
           flush=True)
     logging.getLogger("kspec.broker").info("node %d serving on %s:%d (cluster %s)", config.node_id, host, port,
                                            broker_state.cluster_id)
-    await stop.wait()
+    stopping = asyncio.create_task(stop.wait())
+    failing = asyncio.create_task(server.supervisor.failed.wait())
+    await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
+    if server.supervisor.failed.is_set():
+        # Fail-stop, as Kafka's Exit.halt: no clean shutdown (no marker says the logs are whole).
+        print(f"kspec broker {config.node_id} stopped: {server.supervisor.failure}", file=sys.stderr, flush=True)
+        logging.shutdown()
+        os._exit(1)
+    failing.cancel()
     await server.stop()
     logging.getLogger("kspec.broker").info("node %d stopped cleanly", config.node_id)

@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, fields
 
 MiB = 1024 * 1024
+INT_MAX = (1 << 31) - 1
 
 # Broker property -> the topic-level config it provides the default for.
 TOPIC_DEFAULT_SYNONYMS = {
@@ -42,6 +43,10 @@ class BrokerConfig:
     default_replication_factor: int = 1
     auto_create_topics_enable: bool = True
     socket_request_max_bytes: int = 100 * MiB
+    max_connections: int = INT_MAX  # max.connections: client connections the node holds in all
+    max_connections_per_ip: int = INT_MAX  # max.connections.per.ip
+    connections_max_idle_ms: int = 600_000  # connections.max.idle.ms: a connection silent this long is closed
+    fetch_max_bytes: int = 55 * MiB  # fetch.max.bytes: the most a consumer's Fetch response carries (KIP-74)
     message_max_bytes: int = 1048588
     log_retention_ms: int = 7 * 24 * 3600 * 1000
     log_retention_bytes: int = -1
@@ -150,6 +155,10 @@ class BrokerConfig:
             (self.default_replication_factor >= 1, "default.replication.factor must be >= 1"),
             (self.socket_request_max_bytes >= 1024, "socket.request.max.bytes must be >= 1024"),
             (self.message_max_bytes >= 0, "message.max.bytes must be >= 0"),
+            (self.max_connections >= 0, "max.connections must be >= 0"),
+            (self.max_connections_per_ip >= 0, "max.connections.per.ip must be >= 0"),
+            (self.connections_max_idle_ms >= 1, "connections.max.idle.ms must be >= 1"),
+            (self.fetch_max_bytes >= 0, "fetch.max.bytes must be >= 0"),
             (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
             (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),

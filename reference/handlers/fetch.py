@@ -3,8 +3,9 @@
 Sans-IO: `read_fetch` answers from the logs as they are now and says whether the answer
 is complete; the shell's purgatory re-runs it when an append lands on a watched partition
 or max_wait_ms passes (long polling, as Kafka's DelayedFetch). Limits: partition_max_bytes
-per partition and max_bytes overall, except that the first non-empty partition returns at
-least one whole batch so a consumer can always progress (KIP-74).
+per partition and max_bytes overall (for consumers, no more than the broker's fetch.max.bytes),
+except that the first non-empty partition returns at least one whole batch so a consumer can
+always progress (KIP-74).
 
 A fetch with a replica id (ReplicaId before v15, ReplicaState from v15, KIP-903) comes from a
 follower: the partition's replica core answers it (handle_follower_fetch), which moves the
@@ -52,7 +53,7 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
     if request.get("session_epoch", -1) not in SESSIONLESS_EPOCHS:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     replica_id = request.replica_state.replica_id if version >= 15 else request.get("replica_id", -1)
-    bytes_left = request.max_bytes
+    bytes_left = request.max_bytes if replica_id >= 0 else min(request.max_bytes, broker.config.fetch_max_bytes)
     bytes_read = 0
     any_error = False
     watched = set()

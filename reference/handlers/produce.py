@@ -9,6 +9,8 @@ acks_all_status settles (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTE
 NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms. From v10 a
 NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows (handlers/leader_epoch.py).
 A transactional batch is first checked against its transaction (handlers/transactions.py).
+A batch refused for some of its records (protocol/validator.py) names them in record_errors,
+with error_message saying why (KIP-467): the producer fails those and may retry the rest.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.validator import RecordValidationError
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 CURRENT_LEADER_VERSION = 10  # Produce answers carry CurrentLeader and NodeEndpoints from v10 (KIP-951)
@@ -64,7 +67,8 @@ def _produce(broker: Broker, request, context: RequestContext):
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
-                            "log_start_offset": NO_OFFSET, "record_errors": [], "error_message": e.message or None}
+                            "log_start_offset": NO_OFFSET, "record_errors": _record_errors(e),
+                            "error_message": e.message or None}
                 _name_the_leader(broker, context, response, topic_partition, leader_endpoints)
                 required_offset = None
             partition_responses.append({"index": partition_data.index, **response})
@@ -90,6 +94,13 @@ async def _await_replication(broker: Broker, context: RequestContext, response: 
             partition_response.update(error_code=error, error_message=error.name)
             _name_the_leader(broker, context, partition_response, topic_partition, leader_endpoints)
     return {**response, "node_endpoints": list(leader_endpoints.values())}
+
+
+def _record_errors(error: KafkaError) -> list[dict]:
+    """The records that made a batch be refused, by index in the batch (KIP-467, Produce v8+)."""
+    if not isinstance(error, RecordValidationError):
+        return []
+    return [{"batch_index": index, "batch_index_error_message": message} for index, message in error.record_errors]
 
 
 def _name_the_leader(broker: Broker, context: RequestContext, partition_response: dict,

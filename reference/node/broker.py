@@ -11,10 +11,13 @@ raised as KafkaError; handlers turn them into error codes.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import logging
 import os
 import re
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from reference.config import BrokerConfig, read_properties_file
@@ -25,6 +28,8 @@ from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
+from reference.storage.atomic import replace_file
+from reference.storage.log_dir_failure import LogDirFailureChannel
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
@@ -34,6 +39,12 @@ TOPIC_NAME_BYTES_MAX = 249
 TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
 PARTITIONS_PER_TOPIC_MAX = 10_000
 PRODUCER_ID_BLOCK_SIZE = 1000  # ids handed out per ProducerIdsRecord, as Kafka's controller does
+# Compaction's heavy part (offset map, rewriting segments) runs here, off the event loop, so a
+# long pass never delays timers or answers; plans and swaps stay on the loop (storage/cleaner.py).
+LOG_CLEANER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
+CLEANED_GROUPS_PER_TICK = 2  # cleaned segments swapped in per tick (each swap renames, deletes, fsyncs)
+
+logger = logging.getLogger("kspec.broker")
 
 
 @dataclass(frozen=True, order=True)
@@ -78,6 +89,7 @@ class Broker:
         assert config.log_dirs, "log.dirs is required"
         self.config = config
         self.data_dir = config.log_dirs
+        self.log_dir_failures = LogDirFailureChannel()
         os.makedirs(self.data_dir, exist_ok=True)
         self.cluster_id = self._load_meta_properties()
         self.image = MetadataImage()
@@ -91,6 +103,7 @@ class Broker:
         self._producer_id_next = self.image.next_producer_id
         self._last_retention_check_ms = now_ms
         self._last_cleaner_run_ms = now_ms
+        self._cleaning: dict[str, tuple[Log, cleaner.CleaningPlan, Future]] = {}  # dir -> pass on LOG_CLEANER
         self.appended: set[TopicPartition] = set()  # effects for the shell: wake fetches
 
     # -- metadata ---------------------------------------------------------------------
@@ -276,14 +289,29 @@ class Broker:
         if acks == -1 and partition.log.config.min_insync_replicas > 1:
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"ISR size 1 < min.insync.replicas={partition.log.config.min_insync_replicas}")
-        info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms, origin)
+        with self.storage_io():
+            info = partition.log.append_as_leader(records, partition.leader_epoch, now_ms, origin)
         partition.advance_high_watermark()
         self.appended.add(topic_partition)
         return info
 
+    @contextlib.contextmanager
+    def storage_io(self):
+        """Around writes to the log dir: an OSError takes it offline (storage/log_dir_failure.py)
+        and is raised as KAFKA_STORAGE_ERROR; once offline, nothing more is written there."""
+        self.log_dir_failures.check_online(self.data_dir)
+        try:
+            yield
+        except OSError as error:
+            raise self.log_dir_failures.fail(self.data_dir, error) from error
+
     def tick(self, now_ms: int) -> None:
         """Periodic work: time-based flush (flush.ms), retention (log.retention.check.interval.ms)
         and compaction of compacted topics (log.cleaner.enable, log.cleaner.backoff.ms)."""
+        with self.storage_io():
+            self._tick(now_ms)
+
+    def _tick(self, now_ms: int) -> None:
         for partition in self.partitions.values():
             if now_ms - partition.last_flush_ms >= partition.log.config.flush_ms:
                 partition.log.flush(now_ms)
@@ -292,14 +320,41 @@ class Broker:
             self._last_retention_check_ms = now_ms
             for partition in self.partitions.values():
                 partition.log.enforce_retention(now_ms, high_watermark=partition.high_watermark)
+        self._commit_cleaned()
         if self.config.log_cleaner_enable and now_ms - self._last_cleaner_run_ms >= self.config.log_cleaner_backoff_ms:
             self._last_cleaner_run_ms = now_ms
             for partition in self.partitions.values():
-                if partition.log.config.compact:
-                    cleaner.clean(partition.log, now_ms, high_watermark=partition.high_watermark)
+                if partition.log.config.compact and partition.log.dir_path not in self._cleaning:
+                    plan = cleaner.plan_pass(partition.log, now_ms, high_watermark=partition.high_watermark)
+                    if plan is not None:
+                        self._cleaning[partition.log.dir_path] = (partition.log, plan,
+                                                                  LOG_CLEANER.submit(cleaner.build, plan))
+
+    def _commit_cleaned(self) -> None:
+        """Swap in the passes the cleaner thread finished, for logs still open. A pass whose
+        build failed (retention or a deletion removed a segment under it) is dropped; its
+        `.cleaned` files go when the log is next opened."""
+        open_logs = {id(partition.log) for partition in self.partitions.values()}
+        for dir_path, (log, plan, built) in list(self._cleaning.items()):
+            if not built.done():
+                continue
+            del self._cleaning[dir_path]
+            if id(log) not in open_logs:
+                continue
+            try:
+                result = built.result()
+            except FileNotFoundError as error:
+                logger.info("compaction of %s dropped: %s", dir_path, error)
+                continue
+            if not cleaner.commit(log, plan, result, groups_max=CLEANED_GROUPS_PER_TICK):
+                self._cleaning[dir_path] = (log, plan, built)  # the rest on the next ticks
 
     def close(self) -> None:
-        """Flush and close every log; each leaves its clean-shutdown marker."""
+        """Wait for the cleaner thread (its passes are dropped), then flush and close every log;
+        each leaves its clean-shutdown marker."""
+        for _, _, built in self._cleaning.values():
+            built.exception()  # waits; what it wrote is discarded when the log is next opened
+        self._cleaning.clear()
         for partition in self.partitions.values():
             partition.log.close()
         self.metadata_log.close()
@@ -322,8 +377,9 @@ class Broker:
         """Write metadata records to the metadata log (flushed: metadata is durable), then apply them."""
         values = [json.dumps(record, sort_keys=True).encode() for record in records]
         batch = build_batch([Record(timestamp=now_ms, value=value) for value in values])
-        self.metadata_log.append_as_leader(batch, 0, now_ms)
-        self.metadata_log.flush(now_ms)
+        with self.storage_io():
+            self.metadata_log.append_as_leader(batch, 0, now_ms)
+            self.metadata_log.flush(now_ms)
         for record in records:
             self.image.apply(record)
 
@@ -348,12 +404,8 @@ class Broker:
                 )
             return properties["cluster.id"]
         cluster_id = self._new_cluster_id()
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
-                    f"version={META_PROPERTIES_VERSION}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(path, f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
+                           f"version={META_PROPERTIES_VERSION}\n".encode())
         return cluster_id
 
     def _new_cluster_id(self) -> str:

@@ -62,6 +62,8 @@ from reference.replication import (
 )
 from reference.storage import AppendOrigin, Log
 from reference.storage import cleaner
+from reference.storage.atomic import replace_file
+from reference.storage.log_dir_failure import LogDirFailureChannel
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
@@ -94,6 +96,7 @@ def halt_on_replay_failure(offset: int, record: dict) -> None:
 class ClusterBroker(Broker):
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
         assert config.log_dirs and config.controller_quorum_voters
+        self.log_dir_failures = LogDirFailureChannel()
         self.config = config
         self.data_dir = config.log_dirs
         os.makedirs(self.data_dir, exist_ok=True)
@@ -451,7 +454,8 @@ class ClusterBroker(Broker):
 
     def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1,
                origin: AppendOrigin = AppendOrigin.CLIENT):
-        info = self.replica(topic_partition).append_as_leader(records, acks, now_ms, origin)
+        with self.storage_io():
+            info = self.replica(topic_partition).append_as_leader(records, acks, now_ms, origin)
         self.appended.add(topic_partition)
         self.changed.add(topic_partition)
         return info
@@ -511,7 +515,7 @@ class ClusterBroker(Broker):
             replica.handle_alter_partition_error(error)
         self._alter_partition_sent_ms.pop(topic_partition, None)
 
-    def tick(self, now_ms: int) -> None:
+    def _tick(self, now_ms: int) -> None:
         for topic_partition, replica in self.partitions.items():
             if now_ms - self._last_flush_ms.setdefault(topic_partition, now_ms) >= replica.log.config.flush_ms:
                 replica.log.flush(now_ms)
@@ -544,11 +548,7 @@ class ClusterBroker(Broker):
         """Kafka's format: a version line (0), a count line, then `topic partition offset` lines."""
         lines = [f"{tp.topic} {tp.partition} {replica.high_watermark}" for tp, replica in sorted(self.partitions.items())]
         path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write("\n".join(["0", str(len(lines)), *lines]) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(path, ("\n".join(["0", str(len(lines)), *lines]) + "\n").encode())
 
     def _read_hw_checkpoint(self) -> dict[TopicPartition, int]:
         path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)

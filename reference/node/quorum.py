@@ -33,6 +33,7 @@ from reference.controller.raft import (
 )
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.storage import Log, LogConfig
+from reference.storage.atomic import replace_file
 
 QUORUM_STATE_FILE = "quorum-state"
 READ_BYTES_MAX = 1 << 20
@@ -81,11 +82,7 @@ class DurableRaftNode(RaftNode):
         """Make the log and the vote durable; call before sending the outbox."""
         self.metadata_log.flush(now_ms)
         if (self.epoch, self.voted_for) != self._persisted_vote:
-            with open(self.state_path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"leaderEpoch": self.epoch, "votedId": self.voted_for}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(self.state_path + ".tmp", self.state_path)
+            replace_file(self.state_path, json.dumps({"leaderEpoch": self.epoch, "votedId": self.voted_for}).encode())
             self._persisted_vote = (self.epoch, self.voted_for)
 
     def close(self) -> None:

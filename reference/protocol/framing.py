@@ -7,9 +7,11 @@ writes there), `buffer_updated(n)` says n bytes arrived and returns the frame bo
 complete. `feed(data)` does the same for bytes received elsewhere (tests, clients).
 
 Small frames share one read buffer, so one read can complete many of them. A frame that
-does not fit gets a buffer of exactly its size as soon as its size is known, and the rest
-of it is received straight into that buffer: a 1 MB produce request costs no joins and no
-copies between the socket and the handler. Every frame is returned as a memoryview of a
+does not fit gets a buffer that grows as its bytes arrive: four times what has arrived, up
+to the frame's declared size, so a peer that declares 100 MiB and stalls holds at most eight
+times what it sent, not what it declared (Kafka bounds the same with queued.max.request.bytes and a
+memory pool). Growing copies a third of a frame in all; the last buffer is the frame's own,
+so the handler still gets it without a join. Every frame is returned as a memoryview of a
 buffer the decoder never touches again, so the frame is the handler's: the leader writes
 offsets into a produced batch where it lies, as Kafka's LogValidator does for batches it
 need not recompress.
@@ -20,6 +22,7 @@ from reference.protocol.primitives import INT32
 
 FRAME_SIZE_BYTES = 4
 READ_BUFFER_BYTES = 64 * 1024  # the shared buffer for small frames, and the most one read asks for them
+FRAME_BUFFER_GROWTH = 4  # a large frame's buffer grows to this many times what has arrived of it
 
 
 class FrameTooLarge(ValueError):
@@ -67,10 +70,14 @@ class FrameDecoder:
             frames.append(view[self._start + FRAME_SIZE_BYTES:self._start + needed_bytes])
             self._start += needed_bytes
             needed_bytes = FRAME_SIZE_BYTES
-        if frames or len(self._buffer) - self._start < needed_bytes:
+        if frames or self._end == len(self._buffer):
             # The frames returned keep this buffer as it is; the pending bytes move to a new one
-            # with room for the whole pending frame.
-            self._move_pending(max(READ_BUFFER_BYTES, needed_bytes))
+            # with room for FRAME_BUFFER_GROWTH times what has arrived of the pending frame, or
+            # for all of it when that is at most twice as much.
+            capacity_bytes = FRAME_BUFFER_GROWTH * (self._end - self._start)
+            if 2 * capacity_bytes > needed_bytes:  # one growth short of the frame: room for all of it
+                capacity_bytes = needed_bytes
+            self._move_pending(max(READ_BUFFER_BYTES, capacity_bytes))
         return frames
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
@@ -89,5 +96,5 @@ class FrameDecoder:
         pending_bytes = self._end - self._start
         assert pending_bytes < capacity_bytes, (pending_bytes, capacity_bytes)
         buffer = bytearray(capacity_bytes)
-        buffer[:pending_bytes] = self._buffer[self._start:self._end]
+        buffer[:pending_bytes] = memoryview(self._buffer)[self._start:self._end]
         self._buffer, self._start, self._end = buffer, 0, pending_bytes

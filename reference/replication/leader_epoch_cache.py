@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from reference.storage.atomic import replace_file
+
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 CHECKPOINT_VERSION = 0
 UNDEFINED_EPOCH = -1
@@ -85,12 +87,7 @@ class LeaderEpochCache:
             return
         lines = [str(CHECKPOINT_VERSION), str(len(self.entries))]
         lines += [f"{entry.epoch} {entry.start_offset}" for entry in self.entries]
-        temporary = self.checkpoint_path + ".tmp"
-        with open(temporary, "w", encoding="ascii") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, self.checkpoint_path)
+        replace_file(self.checkpoint_path, ("\n".join(lines) + "\n").encode("ascii"))
 
     def _read_checkpoint(self) -> list[EpochEntry]:
         assert self.checkpoint_path is not None

@@ -1,7 +1,8 @@
 """The asyncio shell of a cluster node (reference/node/cluster.py): the BrokerServer plus the
 traffic between nodes.
 
-Tasks, each a loop around the sans-IO cores (which ones run depends on process.roles):
+Tasks, each a loop around the sans-IO cores (which ones run depends on process.roles), each
+started through the node's Supervisor (restart or stop the node, see reference/server/README.md):
 - raft (every node): ticks the Raft core when it has timed work due, sends its outbox (one sender per voter,
   over KspecController "raft" requests), persists before sending, and replays what was committed.
   Between voters a raft message is one-way: the request carries it, the response is empty, and the
@@ -34,6 +35,7 @@ started holds clients' requests until it has caught up with the metadata log and
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import socket
@@ -54,6 +56,7 @@ from reference.protocol.messages import decode_request, decode_response, encode_
 from reference.replication import EpochEndOffset, FetchAnswer
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms, timer_wait_ms
+from reference.server.supervisor import Policy
 
 log = logging.getLogger("kspec.cluster")
 
@@ -184,10 +187,15 @@ class ClusterServer(BrokerServer):
         self._raft_queues = {node_id: asyncio.Queue() for node_id in self.broker.voters
                              if node_id != self.broker.config.node_id}
         config = self.broker.config
-        self._tasks = [asyncio.create_task(loop) for loop in (
-            self._raft_loop(), *(self._raft_sender(node_id) for node_id in self._raft_queues),
-            *((self._lifecycle_loop(), self._fetcher_manager_loop()) if config.is_broker else ()),
-            *((self._controller_loop(),) if config.is_controller else ()))]
+        loops = [("raft", self._raft_loop, Policy.STOP_NODE),
+                 *((f"raft-sender-{node_id}", functools.partial(self._raft_sender, node_id), Policy.RESTART)
+                   for node_id in self._raft_queues)]
+        if config.is_broker:
+            loops += [("lifecycle", self._lifecycle_loop, Policy.RESTART),
+                      ("fetcher-manager", self._fetcher_manager_loop, Policy.RESTART)]
+        if config.is_controller:
+            loops.append(("controller", self._controller_loop, Policy.STOP_NODE))
+        self._tasks = [self.supervisor.start(name, loop, policy) for name, loop, policy in loops]
         return address
 
     async def stop(self) -> None:
@@ -387,7 +395,8 @@ class ClusterServer(BrokerServer):
         """After any Raft input: persist, hand the outbox to the senders, replay what committed."""
         now = now_ms()
         raft = self.broker.raft
-        raft.persist(now)
+        with self.broker.storage_io():  # the metadata log and quorum state: a failure stops the node
+            raft.persist(now)
         for destination, message in raft.take_outbox():
             if destination not in self._raft_queues:  # an observer: the answer rides on its pending request
                 answer = self._observer_fetches.pop(destination, None)
@@ -559,7 +568,8 @@ class ClusterServer(BrokerServer):
         while True:
             for leader_id in self.broker.followed_partitions():
                 if leader_id not in self._fetchers or self._fetchers[leader_id].done():
-                    self._fetchers[leader_id] = asyncio.create_task(self._fetch_from(leader_id))
+                    self._fetchers[leader_id] = self.supervisor.start(
+                        f"replica-fetcher-{leader_id}", functools.partial(self._fetch_from, leader_id), Policy.RESTART)
             await asyncio.sleep(TICK_INTERVAL_MS / 1000)
 
     async def _fetch_from(self, leader_id: int) -> None:
@@ -634,7 +644,8 @@ class ClusterServer(BrokerServer):
             progressed = progressed or error == ErrorCode.NONE
             # Fetch does not carry the leader's log end offset; on OFFSET_OUT_OF_RANGE its high
             # watermark (<= its log end offset) tells a follower that is ahead to truncate.
-            replica.handle_fetch_answer(request, FetchAnswer(
-                error, answer.records or b"", answer.high_watermark, answer.log_start_offset,
-                answer.high_watermark), now)
+            with self.broker.storage_io():
+                replica.handle_fetch_answer(request, FetchAnswer(
+                    error, answer.records or b"", answer.high_watermark, answer.log_start_offset,
+                    answer.high_watermark), now)
         return progressed

@@ -14,11 +14,21 @@ line saying who and what; nothing is written to any log. ApiVersions of an unsup
 version gets the KIP-511 v0 reply instead. A timer calls `Broker.tick` with the time, for
 flush.ms and retention, and the group and transaction coordinators' timers: every
 TICK_INTERVAL_MS, and at the coordinators' next deadline when that comes sooner.
+
+The accept and tick loops run under the node's Supervisor (reference/server/supervisor.py).
+An accept that fails for want of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) or because the
+client gave up first (ECONNABORTED) is logged at most once per ACCEPT_ERROR_LOG_INTERVAL_MS
+and survived: the loop pauses ACCEPT_ERROR_PAUSE_MS (the listener stays readable, so it
+would spin) and accepts again, as Kafka's Acceptor does. Connection quotas (max.connections,
+max.connections.per.ip; reference/server/limits.py) are applied as connections are accepted,
+and a connection that sends nothing for connections.max.idle.ms (a stalled partial frame
+included) is closed.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import inspect
 import logging
 import socket
@@ -40,13 +50,18 @@ from reference.protocol.messages import (
     unsupported_api_versions_response,
 )
 from reference.protocol.primitives import ProtocolDecodeError
+from reference.server.limits import ConnectionQuotas
 from reference.server.purgatory import FetchPurgatory
+from reference.server.supervisor import Policy, Supervisor
 
 log = logging.getLogger("kspec.broker")
 
 LISTEN_BACKLOG = 128  # connections the kernel queues before they are accepted
 TICK_INTERVAL_MS = 100  # how often the periodic work is considered, at the latest
 CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still running after this
+ACCEPT_ERRORS_SURVIVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED})
+ACCEPT_ERROR_PAUSE_MS = 100
+ACCEPT_ERROR_LOG_INTERVAL_MS = 10_000
 
 
 def now_ms() -> int:
@@ -76,6 +91,11 @@ class BrokerServer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.purgatory = FetchPurgatory()
+        self.supervisor = Supervisor()
+        broker.log_dir_failures.on_failure = lambda log_dir, error: self.supervisor.stop_node(
+            f"every log dir has failed (log.dirs={log_dir}): {error}")
+        self.quotas = ConnectionQuotas(broker.config.max_connections, broker.config.max_connections_per_ip)
+        self._connection_ended = asyncio.Event()
         self._listener: socket.socket | None = None
         self._serving = False
         self._acceptor: asyncio.Task | None = None
@@ -93,8 +113,8 @@ class BrokerServer:
         host, port = self._listener.getsockname()[:2]
         self.broker.config = dataclasses.replace(config, listen_port=port)
         self._serving = True
-        self._acceptor = asyncio.create_task(self._accept_forever())
-        self._ticker = asyncio.create_task(self._tick_forever())
+        self._acceptor = self.supervisor.start("accept", self._accept_forever, Policy.RESTART)
+        self._ticker = self.supervisor.start("tick", self._tick_forever, Policy.RESTART)
         return host, port
 
     async def stop(self) -> None:
@@ -118,31 +138,60 @@ class BrokerServer:
 
     async def _accept_forever(self) -> None:
         loop = asyncio.get_running_loop()
+        failed_accepts = 0  # since the last log line about them
+        last_logged_ms = -ACCEPT_ERROR_LOG_INTERVAL_MS
         while True:
-            connection, _ = await loop.sock_accept(self._listener)
-            task = asyncio.create_task(self._serve(connection))
+            while self.quotas.full:  # max.connections: wait for a slot, the kernel's backlog holds the rest
+                self._connection_ended.clear()
+                await self._connection_ended.wait()
+            try:
+                connection, address = await loop.sock_accept(self._listener)
+            except OSError as error:
+                if error.errno not in ACCEPT_ERRORS_SURVIVED:
+                    raise
+                failed_accepts += 1
+                if time.monotonic() * 1000 - last_logged_ms >= ACCEPT_ERROR_LOG_INTERVAL_MS:
+                    last_logged_ms = time.monotonic() * 1000
+                    log.warning("accept failed %d time(s): %s; open connections: %d", failed_accepts,
+                                errno.errorcode.get(error.errno, error.errno), len(self._connections))
+                    failed_accepts = 0
+                await asyncio.sleep(ACCEPT_ERROR_PAUSE_MS / 1000)
+                continue
+            ip = address[0]
+            if not self.quotas.admit(ip):
+                log.info("closing connection from %s: max.connections.per.ip=%d reached", ip,
+                         self.quotas.max_connections_per_ip)
+                connection.close()
+                continue
+            task = asyncio.create_task(self._serve(connection, ip))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, connection: socket.socket) -> None:
+    async def _serve(self, connection: socket.socket, ip: str) -> None:
         loop = asyncio.get_running_loop()
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
         peer = "?"
         try:
             peer = "%s:%s" % connection.getpeername()[:2]
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
-            while received := await loop.sock_recv_into(connection, decoder.get_buffer()):
+            while received := await asyncio.wait_for(loop.sock_recv_into(connection, decoder.get_buffer()), idle_s):
                 for frame in decoder.buffer_updated(received):
                     for chunk in await self._handle(frame) or ():
                         await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
+        except asyncio.TimeoutError:
+            log.info("closing connection from %s: idle for connections.max.idle.ms=%d", peer,
+                     self.broker.config.connections_max_idle_ms)
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             connection.close()
+            self.quotas.release(ip)
+            self._connection_ended.set()
 
     async def _handle(self, frame) -> list | None:
         """One request frame -> the response frame's chunks, or None when none is sent."""

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, rebuild_batch
+from reference.storage.atomic import fsync_directory, replace_file
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment
 
 if TYPE_CHECKING:
@@ -69,12 +70,8 @@ class CleanerCheckpoint:
             return cls()
 
     def write(self, dir_path: str) -> None:
-        path = os.path.join(dir_path, CHECKPOINT_FILE)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"first_dirty_offset": self.first_dirty_offset, "delete_horizon_ms": self.delete_horizon_ms}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(os.path.join(dir_path, CHECKPOINT_FILE), json.dumps(
+            {"first_dirty_offset": self.first_dirty_offset, "delete_horizon_ms": self.delete_horizon_ms}).encode())
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,46 @@ class CleanerStats:
 
 def clean(log: Log, now_ms: int, *, high_watermark: int | None = None, force: bool = False) -> CleanerStats | None:
     """One cleaning pass over `log` if it is due (or `force`); None when there was nothing to do.
-    Records at or above `high_watermark` (default: the log end) are never cleaned."""
+    Records at or above `high_watermark` (default: the log end) are never cleaned. The three
+    steps run here one after the other; a broker runs `build` on a thread of its own instead
+    (reference/node/broker.py), so a long pass never holds the event loop."""
+    plan = plan_pass(log, now_ms, high_watermark=high_watermark, force=force)
+    if plan is None:
+        return None
+    result = build(plan)
+    commit(log, plan, result)  # nothing changed the log since the plan: every group is swapped in
+    return _stats(plan, result)
+
+
+@dataclass
+class CleaningPlan:
+    """What one pass will clean, decided on the log's own thread from its current state."""
+
+    dir_path: str
+    first_dirty: int
+    first_uncleanable: int
+    dirty: list[LogSegment]
+    cleanable: list[LogSegment]
+    producer_last_offsets: set[int]
+    now_ms: int
+    delete_retention_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+
+
+@dataclass
+class CleaningResult:
+    """What `build` wrote: each group of old segments with the cleaned segment replacing it."""
+
+    first_uncleanable: int
+    replacements: list[tuple[list[LogSegment], LogSegment]]  # those not swapped in yet
+    pass_: _CleaningPass
+    segments_swapped: int = 0
+    groups_swapped: int = 0
+
+
+def plan_pass(log: Log, now_ms: int, *, high_watermark: int | None = None, force: bool = False) -> CleaningPlan | None:
+    """Step 1, cheap, on the log's thread: the dirty section and whether a pass is due."""
     assert log.config.compact, f"{log.dir_path}: cleanup.policy={log.config.cleanup_policy} does not compact"
     checkpoint = CleanerCheckpoint.read(log.dir_path)
     first_dirty = checkpoint.first_dirty_offset
@@ -111,29 +147,60 @@ def clean(log: Log, now_ms: int, *, high_watermark: int | None = None, force: bo
     if not (tombstones_due or dirty and (force or overdue
                                          or dirty_bytes >= log.config.min_cleanable_dirty_ratio * total_bytes)):
         return None
+    return CleaningPlan(log.dir_path, first_dirty, first_uncleanable, dirty, cleanable,
+                        {entry.last_offset for entry in log.producer_state.producers.values()}, now_ms,
+                        log.config.delete_retention_ms, log.config.segment_bytes, log.config.index_interval_bytes)
 
+
+def build(plan: CleaningPlan) -> CleaningResult:
+    """Step 2, the CPU- and I/O-heavy part, safe on another thread: it reads only rolled
+    segments (never written again) and writes only new `.cleaned` files."""
+    first_uncleanable = plan.first_uncleanable
     offset_map: dict[bytes, int] = {}
-    for position, segment in enumerate(dirty):
+    for position, segment in enumerate(plan.dirty):
         if position and len(offset_map) >= OFFSET_MAP_KEYS_MAX:  # the rest waits for the next pass
             first_uncleanable = segment.base_offset
             break
         for _, batch in segment.batches_from(0):
-            if batch.last_offset >= first_dirty and _compactable(batch):
+            if batch.last_offset >= plan.first_dirty and _compactable(batch):
                 for record in batch.records():
                     if record.key is not None:
                         offset_map[record.key] = record.offset
-    cleanable = [segment for segment in cleanable if segment.base_offset < first_uncleanable]
+    cleanable = [segment for segment in plan.cleanable if segment.base_offset < first_uncleanable]
+    pass_ = _CleaningPass(offset_map, plan.producer_last_offsets, plan.now_ms, plan.now_ms + plan.delete_retention_ms)
+    replacements = [(group, pass_.clean_into(group, plan.index_interval_bytes))
+                    for group in _group_segments_by_size(cleanable, plan.segment_bytes)]
+    return CleaningResult(first_uncleanable, replacements, pass_)
 
-    producer_last_offsets = {entry.last_offset for entry in log.producer_state.producers.values()}
-    pass_ = _CleaningPass(offset_map, producer_last_offsets, now_ms, now_ms + log.config.delete_retention_ms)
-    segments_written = 0
-    for group in _group_segments_by_size(cleanable, log.config.segment_bytes):
-        cleaned = pass_.clean_into(group, log.config.index_interval_bytes)
+
+def commit(log: Log, plan: CleaningPlan, result: CleaningResult, *, groups_max: int | None = None) -> bool:
+    """Step 3, on the log's thread: swap up to `groups_max` (default: all) cleaned segments in,
+    and once none is left write the checkpoint; True when the pass is over (committed or
+    dropped), False when groups remain for another call (each swap renames, deletes and fsyncs
+    files: spread over calls, they hold the loop briefly each time). A pass one of whose groups
+    changed meanwhile (retention deleted a segment, a truncation cut it) is dropped: the next
+    pass starts from the log as it is then."""
+    if any(not all(segment in log.segments for segment in group) for group, _ in result.replacements):
+        for _, cleaned in result.replacements:
+            cleaned.delete_files()
+        result.replacements.clear()
+        return True
+    swapping = result.replacements[:groups_max]
+    for group, cleaned in swapping:
         _replace_segments(log, group, cleaned)
-        segments_written += 1
-    CleanerCheckpoint(first_uncleanable, pass_.earliest_delete_horizon_ms).write(log.dir_path)
-    return CleanerStats(first_dirty, first_uncleanable, len(cleanable), segments_written, pass_.bytes_read,
-                        pass_.bytes_written, pass_.records_read, pass_.records_kept)
+        result.groups_swapped += 1
+        result.segments_swapped += len(group)
+    del result.replacements[:len(swapping)]
+    if result.replacements:
+        return False
+    CleanerCheckpoint(result.first_uncleanable, result.pass_.earliest_delete_horizon_ms).write(log.dir_path)
+    return True
+
+
+def _stats(plan: CleaningPlan, result: CleaningResult) -> CleanerStats:
+    pass_ = result.pass_
+    return CleanerStats(plan.first_dirty, result.first_uncleanable, result.segments_swapped, result.groups_swapped,
+                        pass_.bytes_read, pass_.bytes_written, pass_.records_read, pass_.records_kept)
 
 
 def _first_uncleanable_offset(log: Log, now_ms: int, high_watermark: int) -> int:
@@ -226,7 +293,7 @@ def _replace_segments(log: Log, old: list[LogSegment], cleaned: LogSegment) -> N
     for segment in old:
         segment.delete_files()
     cleaned.change_file_suffix("")
-    _fsync_directory(log.dir_path)
+    fsync_directory(log.dir_path)
     first = log.segments.index(old[0])
     assert log.segments[first : first + len(old)] == old
     log.segments[first : first + len(old)] = [cleaned]
@@ -253,12 +320,4 @@ def complete_or_discard_swaps(dir_path: str, index_interval_bytes: int) -> None:
                 os.remove(os.path.join(dir_path, name))
         os.replace(swapped.log_path, os.path.join(dir_path, f"{base_offset:020d}.log"))
     if swap_bases:
-        _fsync_directory(dir_path)
-
-
-def _fsync_directory(dir_path: str) -> None:
-    fd = os.open(dir_path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_directory(dir_path)

@@ -36,6 +36,8 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes; -1 = no size limit
     max_message_bytes: int = 1048588  # max.message.bytes: largest batch accepted
     message_timestamp_type: str = "CreateTime"  # message.timestamp.type
+    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms (KIP-937)
+    message_timestamp_after_max_ms: int = 3600 * 1000  # message.timestamp.after.max.ms (KIP-937; 1 h since KIP-1030)
     cleanup_policy: str = "delete"  # cleanup.policy: "delete", "compact" or "compact,delete"
     delete_retention_ms: int = 24 * 3600 * 1000  # delete.retention.ms: how long compaction keeps tombstones
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio: compact once this share of the log is dirty
@@ -71,6 +73,8 @@ class LogConfig:
         _check("retention.ms", self.retention_ms, -1, LONG_MAX)
         _check("retention.bytes", self.retention_bytes, -LONG_MAX - 1, LONG_MAX)  # Kafka sets no floor
         _check("max.message.bytes", self.max_message_bytes, 0, INT_MAX)
+        _check("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0, LONG_MAX)
+        _check("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0, LONG_MAX)
         _check("min.insync.replicas", self.min_insync_replicas, 1, INT_MAX)
         _check("delete.retention.ms", self.delete_retention_ms, 0, LONG_MAX)
         _check("min.cleanable.dirty.ratio", self.min_cleanable_dirty_ratio, 0, 1)

@@ -40,7 +40,9 @@ from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
+from reference.protocol.validator import ValidationRules, validate_records
 from reference.storage.config import LogConfig
+from reference.storage.atomic import replace_file
 from reference.storage.cleaner import complete_or_discard_swaps
 from reference.storage.producer_state import ProducerStateManager
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
@@ -171,7 +173,8 @@ class Log:
         while done < len(self._rolled_flushes) and self._rolled_flushes[done].done():
             done += 1
         if done:
-            end_offset = self._rolled_flushes[done - 1].result()
+            end_offsets = [flushed.result() for flushed in self._rolled_flushes[:done]]  # a failed fsync raises
+            end_offset = end_offsets[-1]
             del self._rolled_flushes[:done]
             if end_offset > self._recovery_point:
                 self._set_recovery_point(end_offset)
@@ -192,12 +195,7 @@ class Log:
             self._set_recovery_point(self.active_segment.base_offset)
 
     def _write_atomically(self, name: str, data: bytes) -> None:
-        path = os.path.join(self.dir_path, name)
-        with open(path + ".tmp", "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(path + ".tmp", path)
+        replace_file(os.path.join(self.dir_path, name), data)
 
     def _snapshot_offsets(self) -> list[int]:
         return sorted(int(name[: -len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.dir_path)
@@ -232,6 +230,13 @@ class Log:
 
     # ------------------------------------------------------------ appending
 
+    @property
+    def validation_rules(self) -> ValidationRules:
+        """What this log's topic configs ask of a produced batch (read on each append: configs change)."""
+        config = self.config
+        return ValidationRules(config.max_message_bytes, config.compact, config.log_append_time,
+                               config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
+
     def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate a Produce request's records (or a coordinator's transaction marker) for
@@ -242,8 +247,7 @@ class Log:
             batch = self._check_marker(records)
         else:
             (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
-            if self.config.compact and any(record.key is None for record in batch.records()):
-                raise KafkaError(ErrorCode.INVALID_RECORD, "a compacted topic does not accept records without a key")
+            validate_records(batch, self.validation_rules, now_ms)
         if batch.producer_id >= 0 and not batch.is_control:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:

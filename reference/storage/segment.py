@@ -7,6 +7,7 @@ handles open; older ones open their log file for the length of a read.
 """
 from __future__ import annotations
 
+import errno
 import os
 from typing import Iterator
 
@@ -110,14 +111,20 @@ class LogSegment:
     # ------------------------------------------------------------ appending
 
     def append(self, batch: RecordBatch) -> None:
-        """Write one batch (offsets assigned) at the end and index it."""
+        """Write one batch (offsets assigned) at the end and index it. A write that fails or
+        falls short (ENOSPC) is cut back off before the OSError is raised: no torn batch stays."""
         assert batch.base_offset >= self.next_offset, (batch.base_offset, self.next_offset)
         assert batch.last_offset - self.base_offset <= RELATIVE_OFFSET_MAX
         if self._append_fd is None:
             self._append_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         position = self.size_bytes
-        written = os.write(self._append_fd, batch.buffer)
-        assert written == batch.size_bytes, (written, batch.size_bytes)
+        try:
+            written = os.write(self._append_fd, batch.buffer)
+            if written != batch.size_bytes:  # a regular file writes short only when the disk is full
+                raise OSError(errno.ENOSPC, f"wrote {written} of {batch.size_bytes} bytes to {self.log_path}")
+        except OSError:
+            os.ftruncate(self._append_fd, position)  # the log stays as it was before the batch
+            raise
         self._index_batch(batch, position)
 
     def _index_batch(self, batch: Batch, position: int) -> None:

@@ -107,7 +107,8 @@ def test_killing_the_active_controller_elects_another_with_metadata_intact(start
     configs = admin.describe_configs([resource])[resource].result(WAIT_S)
     assert configs["retention.ms"].value == "123456"
     after = create_topic(cluster, replication_factor=2)  # the new controller takes commands
-    assert cluster.controller_id() == new_controller and partition_state(cluster, after)[0] >= 1
+    assert cluster.controller_id() != controller and partition_state(cluster, after)[0] >= 1, \
+        "on a loaded machine the quorum may have moved on from new_controller since; the killed node is not back"
 
 
 def test_an_admin_request_whose_controller_loses_the_quorum_before_commit_is_answered(start_cluster):
