@@ -52,8 +52,6 @@ class LogConfig:
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms (KIP-354): a dirty record waits no longer
     segment_jitter_ms: int = 0  # segment.jitter.ms
     segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
-    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms (KIP-937)
-    message_timestamp_after_max_ms: int = LONG_MAX  # message.timestamp.after.max.ms (KIP-937)
     compression_type: str = "producer"  # compression.type
     compression_gzip_level: int = -1  # compression.gzip.level (KIP-390)
     compression_lz4_level: int = 9  # compression.lz4.level
@@ -86,8 +84,6 @@ class LogConfig:
         _check("max.compaction.lag.ms", self.max_compaction_lag_ms, 1, LONG_MAX)
         _check("segment.jitter.ms", self.segment_jitter_ms, 0, LONG_MAX)
         _check("segment.index.bytes", self.segment_index_bytes, 4, INT_MAX)
-        _check("message.timestamp.before.max.ms", self.message_timestamp_before_max_ms, 0, LONG_MAX)
-        _check("message.timestamp.after.max.ms", self.message_timestamp_after_max_ms, 0, LONG_MAX)
         _check("compression.lz4.level", self.compression_lz4_level, *LZ4_LEVEL_RANGE)
         _check("compression.zstd.level", self.compression_zstd_level, *ZSTD_LEVEL_RANGE)
         _check("local.retention.ms", self.local_retention_ms, -2, LONG_MAX)
