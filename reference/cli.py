@@ -2,7 +2,8 @@
 
 Configuration is layered as Kafka's: a .properties file (--config), then --set k=v
 overrides, then the --listen/--data-dir/--node-id flags. Once listening, exactly one line
-goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/tmp/x`;
+goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/tmp/x
+listeners=PLAINTEXT://127.0.0.1:40123` (every listener, as advertised);
 logs go to stderr. A stop flushes and closes every log and leaves the clean-shutdown marker.
 
 With controller.quorum.voters set (e.g. `--set controller.quorum.voters=1@127.0.0.1:9092,...`)
@@ -70,8 +71,9 @@ async def _run(broker_state: Broker) -> None:
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
     advertised_host = config.advertised_host or host
-    print(f"kspec broker {config.node_id} ready bootstrap={advertised_host}:{port} data-dir={config.log_dirs}",
-          flush=True)
+    listeners = ",".join(str(listener) for listener in server.listeners)
+    print(f"kspec broker {config.node_id} ready bootstrap={advertised_host}:{port} data-dir={config.log_dirs} "
+          f"listeners={listeners}", flush=True)
     logging.getLogger("kspec.broker").info("node %d serving on %s:%d (cluster %s)", config.node_id, host, port,
                                            broker_state.cluster_id)
     await stop.wait()

@@ -9,7 +9,7 @@ override, the way Kafka derives a LogConfig from server defaults plus topic over
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 MiB = 1024 * 1024
 
@@ -29,6 +29,14 @@ TOPIC_DEFAULT_SYNONYMS = {
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
 }
+
+
+# Security properties (listeners, TLS, SASL, the authorizer) are kept as given and read by
+# reference/security/: their keys are open-ended (listener.name.<listener>.<mechanism>.X).
+SECURITY_PROPERTY_PREFIXES = ("listener.", "ssl.", "sasl.", "advertised.listeners", "inter.broker.listener.name",
+                              "controller.listener.names", "security.inter.broker.protocol", "super.users",
+                              "authorizer.class.name", "allow.everyone.if.no.acl.found", "connections.max.reauth.ms",
+                              "connection.failed.authentication.delay.ms")
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,15 @@ class BrokerConfig:
     kspec_bug_ack_before_isr: bool = False
     kspec_bug_count_fenced_follower_into_hw: bool = False
     kspec_bug_read_above_hw: bool = False
+    security_properties: dict[str, str] = field(default_factory=dict, compare=False)  # listeners and the above
+
+    @functools.cached_property
+    def listeners(self):
+        """Every listener (reference/security/listeners.py); the first is listen_host:listen_port."""
+        from reference.security.listeners import configure_listeners
+        listeners = configure_listeners(self.security_properties)
+        listeners[0].host, listeners[0].port = self.listen_host, self.listen_port
+        return listeners
 
     @functools.cached_property  # asked on every request a cluster node handles
     def roles(self) -> frozenset[str]:
@@ -127,18 +144,23 @@ class BrokerConfig:
         """Build from Kafka property names; raise ValueError naming a bad key or value."""
         known = {f.name: f for f in fields(cls)}
         values: dict[str, object] = {}
+        security: dict[str, str] = {}
         for key, raw in properties.items():
             if key == "listeners":
                 values["listen_host"], values["listen_port"] = parse_listener(raw)
+                security[key] = raw
+                continue
+            if key.startswith(SECURITY_PROPERTY_PREFIXES):
+                security[key] = raw
                 continue
             if key == "advertised.host.name":
                 values["advertised_host"] = raw
                 continue
             name = key.replace(".", "_")
-            if name not in known or name in ("listen_host", "listen_port", "advertised_host"):
+            if name not in known or name in ("listen_host", "listen_port", "advertised_host", "security_properties"):
                 raise ValueError(f"unknown broker property {key!r}")
             values[name] = _parse(key, raw, known[name].type)
-        config = cls(**values)
+        config = cls(**values, security_properties=security)
         config.check()
         return config
 
@@ -163,6 +185,11 @@ class BrokerConfig:
             if not holds:
                 raise ValueError(message)
         self._check_roles()
+        self.listeners  # noqa: B018 - builds and checks every listener (TLS stores, JAAS) before the start
+        from reference.security.authorizer import StandardAuthorizer
+        if StandardAuthorizer.from_properties(self.security_properties, tuple) and self.controller_quorum_voters:
+            raise ValueError("authorizer.class.name is supported on a single node only for now; "
+                             "remove it or controller.quorum.voters")
 
     def _check_roles(self) -> None:
         """A controller is a voter and a broker-only node is not (it observes the metadata log)."""
@@ -202,8 +229,8 @@ def parse_voters(voters: str) -> dict[int, tuple[str, int]]:
 
 
 def parse_listener(listener: str) -> tuple[str, int]:
-    """'HOST:PORT' or 'PLAINTEXT://HOST:PORT' -> (host, port)."""
-    address = listener.split("://", 1)[-1]
+    """'HOST:PORT' or 'NAME://HOST:PORT[,...]' -> (host, port) of the first listener."""
+    address = listener.split(",", 1)[0].strip().split("://", 1)[-1]
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"listener {listener!r} is not HOST:PORT")

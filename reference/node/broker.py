@@ -11,6 +11,7 @@ raised as KafkaError; handlers turn them into error codes.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -23,6 +24,8 @@ from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
+from reference.security.authorizer import StandardAuthorizer
+from reference.security.scram import ScramCredential
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
 
@@ -225,6 +228,21 @@ class Broker:
         return {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node_id,
                 "leader_epoch": self.partition(TopicPartition(name, index)).leader_epoch,
                 "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
+
+    # -- security (reference/security/) -------------------------------------------------
+
+    @functools.cached_property
+    def authorizer(self) -> StandardAuthorizer | None:
+        """authorizer.class.name's authorizer over the ACLs in the metadata image; None when unset."""
+        return StandardAuthorizer.from_properties(self.config.security_properties,
+                                                  lambda: self.image.security.acls.values())
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        return self.image.security.scram_credentials.get((user, mechanism))
+
+    def commit_security_records(self, records: list[dict], now_ms: int) -> None:
+        """ACL and SCRAM credential changes, through the metadata log like every metadata change."""
+        self._commit(records, now_ms)
 
     # -- data -------------------------------------------------------------------------
 
