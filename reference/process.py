@@ -64,6 +64,7 @@ class BrokerProcess:
         self.stderr_path = stderr_path or self.data_dir.rstrip("/") + ".stderr.log"
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None  # HOST:PORT once ready
+        self.listeners: dict[str, str] = {}  # listener name -> HOST:PORT once ready, e.g. {"SASL_SSL": ...}
 
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "kspec.cli", "broker", "--listen", self.listen,
@@ -83,7 +84,10 @@ class BrokerProcess:
             self.kill()
             raise BrokerNotReady(f"no ready line from {' '.join(self.command())}: {line!r}; see {self.stderr_path}")
         self.bootstrap = line.split("bootstrap=", 1)[1].split()[0]
-        self.listen = self.bootstrap  # restarts come back on the same port
+        if " listeners=" in line:
+            self.listeners = dict(entry.split("://", 1) for entry in line.split(" listeners=", 1)[1].split()[0].split(","))
+        # restarts come back on the same ports
+        self.listen = ",".join(f"{name}://{address}" for name, address in self.listeners.items()) or self.bootstrap
         return self.bootstrap
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
