@@ -1,7 +1,7 @@
 """The broker under test: where it is, how to reach it, what it offers, and how to set up topics.
 
 A Target is built once per run from the command line. It opens raw wire connections (TLS
-when the client properties ask for it), creates uniquely named topics (through CreateTopics
+and SASL PLAIN or SCRAM when the client properties ask for them), creates uniquely named topics (through CreateTopics
 when the broker offers it, otherwise through Metadata auto-creation), translates client
 properties (librdkafka names, e.g. security.protocol, sasl.username) for each client, and
 stops, starts, pauses and resumes nodes when the run was given commands for that.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from conformance import sasl
 from conformance.capabilities import METADATA_VERSION_RANGE, Capabilities, discover
 from conformance.wire import WireClient
 from reference.protocol.api_keys import ApiKey
@@ -32,7 +33,7 @@ NODE_RETURN_TIMEOUT_S = 60.0  # a started node is listed by Metadata again withi
 POLL_INTERVAL_S = 0.1
 
 # librdkafka property -> kafka-python / aiokafka keyword. Only these travel to the Python clients.
-_PYTHON_CLIENT_PROPERTIES = {
+PYTHON_CLIENT_PROPERTIES = {
     "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
     "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
     "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
@@ -73,22 +74,38 @@ class Target:
         """A raw connection to one broker: the given one, else the first bootstrap broker that
         accepts a connection and is not paused (a test may have stopped or paused some; a paused
         one accepts connections but answers nothing)."""
-        if self.uses_sasl:
-            pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
         if address is not None:
-            return WireClient(address, ssl_context=self._ssl_context())
+            return self._authenticated(WireClient(address, ssl_context=self._ssl_context()))
         refused = []
         for candidate in self.bootstrap.split(","):
             if candidate.strip() in self._paused.values():
                 continue
             try:
-                return WireClient(candidate.strip(), ssl_context=self._ssl_context())
+                return self._authenticated(WireClient(candidate.strip(), ssl_context=self._ssl_context()))
             except OSError as error:
                 refused.append(f"{candidate.strip()}: {error}")
         raise ConnectionError(f"no bootstrap broker accepts a connection ({'; '.join(refused)})")
 
+    def wire_as(self, **properties: str) -> WireClient:
+        """A connection to the first bootstrap broker with other client properties (e.g. another
+        sasl.username and sasl.password) over the target's own."""
+        return self._authenticated(WireClient(self.first_address, ssl_context=self._ssl_context()),
+                                   {**self.properties, **properties})
+
+    def _authenticated(self, wire: WireClient, properties: dict[str, str] | None = None) -> WireClient:
+        """The connection once SASL (PLAIN or SCRAM) succeeded, when the properties ask for SASL."""
+        properties = self.properties if properties is None else properties
+        if properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL"):
+            try:
+                sasl.authenticate(wire, sasl.mechanism_of(properties), properties.get("sasl.username", ""),
+                                  properties.get("sasl.password", ""))
+            except BaseException:
+                wire.close()
+                raise
+        return wire
+
     def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.properties.get("security.protocol", "PLAINTEXT").upper() != "SSL":
+        if self.properties.get("security.protocol", "PLAINTEXT").upper() not in ("SSL", "SASL_SSL"):
             return None
         context = ssl.create_default_context(cafile=self.properties.get("ssl.ca.location"))
         if "ssl.certificate.location" in self.properties:
@@ -118,10 +135,16 @@ class Target:
         if client in ("confluent-kafka", "kcat"):
             return dict(self.properties)
         if client in ("kafka-python", "aiokafka"):
-            unknown = sorted(set(self.properties) - set(_PYTHON_CLIENT_PROPERTIES))
+            unknown = sorted(set(self.properties) - set(PYTHON_CLIENT_PROPERTIES))
             if unknown:
                 pytest.skip(f"{client} takes no equivalent of client properties {', '.join(unknown)}")
-            return {_PYTHON_CLIENT_PROPERTIES[k]: v for k, v in self.properties.items()}
+            extra = {PYTHON_CLIENT_PROPERTIES[k]: v for k, v in self.properties.items()}
+            if client == "aiokafka" and {"ssl_cafile", "ssl_certfile", "ssl_keyfile"} & set(extra):
+                from aiokafka.helpers import create_ssl_context  # aiokafka takes an SSLContext, not file names
+                extra["ssl_context"] = create_ssl_context(cafile=extra.pop("ssl_cafile", None),
+                                                          certfile=extra.pop("ssl_certfile", None),
+                                                          keyfile=extra.pop("ssl_keyfile", None))
+            return extra
         if self.properties:
             pytest.skip(f"the {client} driver takes no client properties")
         return {}

@@ -28,6 +28,12 @@ from reference.server.cluster import ClusterServer
 from reference.server.server import BrokerServer, now_ms
 
 
+class BadConfiguration(click.ClickException):
+    """A property the broker cannot start with: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
 @click.command()
 @click.option("--listen", metavar="HOST:PORT", help="Address to listen on; port 0 picks a free port. [127.0.0.1:9092]")
 @click.option("--data-dir", required=True, type=click.Path(file_okay=False), help="Directory for the logs (log.dirs).")
@@ -52,13 +58,13 @@ def broker(listen: str | None, data_dir: str, node_id: int | None, config_file: 
     try:
         config = BrokerConfig.from_properties(properties)
     except ValueError as e:
-        raise click.UsageError(f"{e}; see the Kafka broker property names in reference/config.py") from None
+        raise BadConfiguration(f"{e}; see the Kafka broker property names in reference/config.py") from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         broker_state = (ClusterBroker if config.controller_quorum_voters else Broker)(config, now_ms())  # replays the metadata log, recovers every partition
     except ValueError as e:  # e.g. a data dir whose meta.properties names another node
-        raise click.UsageError(str(e)) from None
+        raise BadConfiguration(str(e)) from None
     asyncio.run(_run(broker_state))
 
 

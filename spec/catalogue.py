@@ -60,6 +60,12 @@ _GUARANTEES = (
               ("log: log start <= high watermark <= log end", "log: log start and high watermark only grow")),
     Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
                        "stored data is untouched", "always"),
+    Guarantee("AUTH-1", "no request but the handshake is served before authentication succeeds on a SASL listener",
+              "SASL listener"),
+    Guarantee("AUTH-2", "an operation that the ACLs deny is refused with its authorization error and changes nothing",
+              "authorizer on"),
+    Guarantee("AUTH-3", "a client principal cannot act as a replica or a controller (replica Fetch, "
+                        "WriteTxnMarkers, controller RPCs need CLUSTER_ACTION)", "authorizer on"),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}
