@@ -116,9 +116,9 @@ def test_nothing_is_served_before_sasl_authentication(target):
 
 @pytest.mark.guarantee("AUTH-2")
 def test_denied_operations_are_refused_and_change_nothing(target):
-    topic = target.create_topic("auth2")
-    caps = target.capabilities
     with unprivileged_user(target) as (user, _principal):
+        topic = target.create_topic("auth2")
+        caps = target.capabilities
         answer = ops.produce(user, caps, topic, ops.values_batch([b"refused"]))
         ops.expect(answer.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED, "TOPIC_AUTHORIZATION_FAILED",
                    answer.error_code)
@@ -142,14 +142,13 @@ def test_denied_operations_are_refused_and_change_nothing(target):
 
 @pytest.mark.guarantee("AUTH-3")
 def test_a_client_cannot_act_as_a_replica_or_a_broker(target):
-    topic = target.create_topic("auth3")
-    caps = target.capabilities
-    with target.wire() as admin:
-        ops.expect(ops.produce(admin, caps, topic, ops.values_batch([b"a", b"b"])).error_code == ErrorCode.NONE,
-                   "the administrator's produce succeeds", "an error")
-        high_watermark = ops.high_watermark(admin, caps, topic)
     with unprivileged_user(target) as (user, principal):
+        topic = target.create_topic("auth3")
+        caps = target.capabilities
         with target.wire() as admin:
+            ops.expect(ops.produce(admin, caps, topic, ops.values_batch([b"a", b"b"])).error_code == ErrorCode.NONE,
+                       "the administrator's produce succeeds", "an error")
+            high_watermark = ops.high_watermark(admin, caps, topic)
             _allow(admin, principal, topic, READ, WRITE)  # a reader and writer of the topic, not a broker
         fetch = user.request(ApiKey.FETCH, 11, {
             "replica_id": 1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
