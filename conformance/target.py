@@ -40,6 +40,10 @@ PYTHON_CLIENT_PROPERTIES = {
     "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
 }
 
+# librdkafka properties the kafkajs driver turns into kafkajs's ssl and sasl options.
+KAFKAJS_PROPERTIES = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                      "ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
+
 
 class TopicSetupFailed(AssertionError):
     """A topic the test needs could not be created: the test fails, naming the broker's answer."""
@@ -145,9 +149,28 @@ class Target:
                                                           certfile=extra.pop("ssl_certfile", None),
                                                           keyfile=extra.pop("ssl_keyfile", None))
             return extra
+        if client == "kafkajs":
+            return self._kafkajs_connection()
         if self.properties:
             pytest.skip(f"the {client} driver takes no client properties")
         return {}
+
+    def _kafkajs_connection(self) -> dict:
+        """kafkajs's `ssl` and `sasl` options from librdkafka's property names."""
+        unknown = sorted(set(self.properties) - set(KAFKAJS_PROPERTIES))
+        if unknown:
+            pytest.skip(f"kafkajs takes no equivalent of client properties {', '.join(unknown)}")
+        protocol = self.properties.get("security.protocol", "PLAINTEXT").upper()
+        connection: dict = {}
+        if protocol in ("SSL", "SASL_SSL"):
+            connection["ssl"] = {key: self.properties[name] for name, key in
+                                 (("ssl.ca.location", "ca"), ("ssl.certificate.location", "cert"),
+                                  ("ssl.key.location", "key")) if name in self.properties}
+        if protocol.startswith("SASL"):
+            connection["sasl"] = {"mechanism": sasl.mechanism_of(self.properties).lower(),
+                                  "username": self.properties.get("sasl.username", ""),
+                                  "password": self.properties.get("sasl.password", "")}
+        return connection
 
     # -- topics
 

@@ -187,9 +187,10 @@ class BrokerConfig:
         self._check_roles()
         self.listeners  # noqa: B018 - builds and checks every listener (TLS stores, JAAS) before the start
         from reference.security.authorizer import StandardAuthorizer
-        if StandardAuthorizer.from_properties(self.security_properties, tuple) and self.controller_quorum_voters:
-            raise ValueError("authorizer.class.name is supported on a single node only for now; "
-                             "remove it or controller.quorum.voters")
+        authorizer = StandardAuthorizer.from_properties(self.security_properties, tuple)  # checks its properties
+        if self.controller_quorum_voters and (authorizer or [l.protocol for l in self.listeners] != ["PLAINTEXT"]):
+            raise ValueError("cluster nodes (controller.quorum.voters) serve one PLAINTEXT listener and no authorizer "
+                             "for now; security (listeners, TLS, SASL, ACLs) runs on a single node")
 
     def _check_roles(self) -> None:
         """A controller is a voter and a broker-only node is not (it observes the metadata log)."""

@@ -172,10 +172,7 @@ def _metadata(ask: _Asker, request, version: int) -> Verdict:
                 kept.append(wanted)
             else:
                 refused.append(wanted)
-        request.topics[:] = kept
-        if not kept and version == 0:  # an empty v0 list means all topics: keep asking for nothing
-            request.topics = [refused[0]]
-            request.topics[0].name = None
+        request.topics[:] = kept  # (an emptied v0 list asks for all topics: the completion filters them)
 
     def completion(response: dict) -> None:
         response["topics"] = [topic for topic in response["topics"]

@@ -190,3 +190,13 @@ def test_bad_security_configuration_is_one_clear_error(properties, message):
     with pytest.raises(ValueError, match=message) as error:
         BrokerConfig.from_properties({"log.dirs": "/tmp/x", **properties})
     assert "\n" not in str(error.value)
+
+
+def test_cluster_nodes_refuse_security_they_cannot_yet_carry_between_nodes():
+    voters = {"log.dirs": "/tmp/x", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9092"}
+    BrokerConfig.from_properties({**voters, "listeners": "PLAINTEXT://127.0.0.1:9092"})
+    for extra in ({"listeners": "PLAINTEXT://127.0.0.1:9092,OTHER://127.0.0.1:9093",
+                   "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"},
+                  {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}):
+        with pytest.raises(ValueError, match="single node"):
+            BrokerConfig.from_properties({**voters, **extra})
