@@ -239,13 +239,17 @@ def parse_listener(listener: str) -> tuple[str, int]:
 
 
 def read_properties_file(path: str) -> dict[str, str]:
-    """A Java .properties file (key=value lines, '#' and '!' comments) -> dict."""
+    """A Java .properties file (key=value lines, '#' and '!' comments, a line ending in a
+    backslash continued on the next, as Kafka's docs write sasl.jaas.config) -> dict."""
     properties = {}
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+        lines = iter(enumerate(f, 1))
+        for number, line in lines:
             line = line.strip()
             if not line or line[0] in "#!":
                 continue
+            while (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # an odd run of backslashes: continued
+                line = line[:-1] + next(lines, (number, ""))[1].strip()
             key, sep, value = line.partition("=")
             if not sep:
                 raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")

@@ -1,5 +1,6 @@
 """The security cores without sockets: SCRAM against RFC 7677's example, PLAIN, the SASL gate,
-JAAS, the authorizer's rules, principal mapping and listener configuration errors."""
+JAAS, the authorizer's rules, principal mapping, and listener configuration (server.properties
+as Kafka's docs write it, KIP-651 inline PEM, one-line errors)."""
 from __future__ import annotations
 
 import base64
@@ -200,3 +201,30 @@ def test_cluster_nodes_refuse_security_they_cannot_yet_carry_between_nodes():
                   {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}):
         with pytest.raises(ValueError, match="single node"):
             BrokerConfig.from_properties({**voters, **extra})
+
+
+def test_a_server_properties_file_as_kafkas_docs_write_it(tmp_path, pki):
+    from reference.config import read_properties_file
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "listeners=SASL_SSL://127.0.0.1:0,PLAINTEXT://127.0.0.1:0\n"
+        "ssl.keystore.type=PEM\n"
+        f"ssl.keystore.location={pki.server_pem_path}\n"
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256\n"
+        "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+        "required \\\n    username=\"admin\" password=\"admin-secret\" \\\n    user_admin=\"admin-secret\" "
+        "user_alice=\"alice-secret\";\n"
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+        "super.users=User:admin\n")
+    config = BrokerConfig.from_properties({**read_properties_file(str(path)), "log.dirs": str(tmp_path)})
+    sasl_ssl, plaintext = config.listeners
+    assert (sasl_ssl.protocol, plaintext.protocol) == ("SASL_SSL", "PLAINTEXT")
+    assert sasl_ssl.sasl.plain_users == {"admin": "admin-secret", "alice": "alice-secret"}
+    assert sasl_ssl.ssl_context is not None and plaintext.ssl_context is None
+
+
+def test_kip_651_inline_pem_keystore(pki):
+    config = BrokerConfig.from_properties({
+        "log.dirs": "/tmp/x", "listeners": "SSL://127.0.0.1:0", "ssl.keystore.type": "PEM",
+        "ssl.keystore.certificate.chain": pki.server_chain_pem, "ssl.keystore.key": pki.server_key_pem})
+    assert config.listeners[0].ssl_context is not None
