@@ -52,6 +52,7 @@ from reference.protocol.framing import FrameDecoder, FrameTooLarge
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
+from reference.security.session import Session
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
 
@@ -210,7 +211,7 @@ class ClusterServer(BrokerServer):
 
     # ------------------------------------------------------------ requests
 
-    async def _handle(self, frame) -> list | None:
+    async def _handle(self, frame, session: Session) -> list | None:
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
         if not self.broker.serving_clients and api_key not in CONTROLLER_ONLY_APIS:
@@ -221,8 +222,8 @@ class ClusterServer(BrokerServer):
             return encode_response_chunks(api_key, header.api_version, header.correlation_id,
                                           {"error_code": error, "payload": payload})
         if api_key in CONTROLLER_APIS and not self._is_transactional_init(header, frame[body_offset:]):
-            return await self._on_controller_api(frame)
-        chunks = await super()._handle(frame)
+            return await self._on_controller_api(frame, session)
+        chunks = await super()._handle(frame, session)
         self._notify()
         return chunks
 
@@ -247,7 +248,7 @@ class ClusterServer(BrokerServer):
         self._notify()  # a follower's fetch may have moved a high watermark
         return response
 
-    async def _on_controller_api(self, frame) -> list | None:
+    async def _on_controller_api(self, frame, session: Session) -> list | None:
         """Admin requests run on the active controller; another node forwards them (KIP-590).
         One that loses the leadership before its records commit is run again on the next
         controller, as Kafka's forwarding retries on NOT_CONTROLLER (its records may still
@@ -256,7 +257,7 @@ class ClusterServer(BrokerServer):
         while asyncio.get_running_loop().time() < deadline:
             if self.broker.is_active_controller:
                 try:
-                    return await self._run_as_controller(frame)
+                    return await self._run_as_controller(frame, session)
                 except KafkaError as e:
                     if e.code != ErrorCode.NOT_CONTROLLER:
                         raise
@@ -270,14 +271,14 @@ class ClusterServer(BrokerServer):
             await asyncio.sleep(0.1)
         raise CloseConnection("no active controller to forward to")
 
-    async def _run_as_controller(self, frame) -> list | None:
+    async def _run_as_controller(self, frame, session: Session) -> list | None:
         """An admin request on this node as the active controller: decided from the applied
         metadata, answered once its records are committed; NOT_CONTROLLER when it is not."""
         async with self._controller_lock:
             if not self.broker.is_active_controller:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, "not the active controller")
             await self._applied()
-            chunks = await super()._handle(frame)
+            chunks = await super()._handle(frame, session)
             await self._commit(self.broker.take_pending_records())
         return chunks
 
@@ -301,7 +302,9 @@ class ClusterServer(BrokerServer):
             return ErrorCode.NONE, await self._on_raft_message(decode_raft_message(payload))
         if kind == "envelope":
             try:
-                chunks = await self._run_as_controller(payload)
+                # A forwarded request, run as the node that forwarded it (cluster nodes have no
+                # authorizer, so the principal decides nothing here).
+                chunks = await self._run_as_controller(payload, Session(self.listeners[0], client_host=""))
             except KafkaError as e:
                 if e.code != ErrorCode.NOT_CONTROLLER:
                     raise
