@@ -187,10 +187,10 @@ class BrokerConfig:
         self._check_roles()
         self.listeners  # noqa: B018 - builds and checks every listener (TLS stores, JAAS) before the start
         from reference.security.authorizer import StandardAuthorizer
-        authorizer = StandardAuthorizer.from_properties(self.security_properties, tuple)  # checks its properties
-        if self.controller_quorum_voters and (authorizer or [l.protocol for l in self.listeners] != ["PLAINTEXT"]):
-            raise ValueError("cluster nodes (controller.quorum.voters) serve one PLAINTEXT listener and no authorizer "
-                             "for now; security (listeners, TLS, SASL, ACLs) runs on a single node")
+        StandardAuthorizer.from_properties(self.security_properties, tuple)  # checks its properties
+        if self.controller_quorum_voters and self.listeners[0].protocol != "PLAINTEXT":
+            raise ValueError(f"a cluster node's first listener carries the traffic between nodes and must be PLAINTEXT "
+                             f"(for now), not {self.listeners[0].protocol}; list a PLAINTEXT listener first")
 
     def _check_roles(self) -> None:
         """A controller is a voter and a broker-only node is not (it observes the metadata log)."""

@@ -240,6 +240,12 @@ class Broker:
     def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
         return self.image.security.scram_credentials.get((user, mechanism))
 
+    def listener_endpoints(self, listener: str) -> dict[tuple[str, int], tuple[str, int]]:
+        """This node's first-listener address -> its address on `listener` (reference/security/listeners.py
+        readdress: each listener's clients are told that listener's endpoints)."""
+        by_name = {l.name: l for l in self.config.listeners}
+        return {self.config.listeners[0].advertised: by_name[listener].advertised} if listener in by_name else {}
+
     def commit_security_records(self, records: list[dict], now_ms: int) -> None:
         """ACL and SCRAM credential changes, through the metadata log like every metadata change."""
         self._commit(records, now_ms)

@@ -200,11 +200,12 @@ def _int(key: str, raw: str) -> int:
 ENDPOINT_FIELDS = ("brokers", "coordinators", "node_endpoints")  # response fields listing (host, port)
 
 
-def readdress(response: dict, own: tuple[str, int], listener: tuple[str, int]) -> None:
-    """Name this node by the address of the listener a request came in on (Kafka answers each
-    listener with its own endpoints): every endpoint in `response` at `own`, the node's first
-    listener, becomes `listener`. Touches the top level and the endpoint lists only."""
+def readdress(response: dict, endpoints: dict[tuple[str, int], tuple[str, int]]) -> None:
+    """Name brokers by their addresses on the listener a request came in on (Kafka answers each
+    listener with its own endpoints): every endpoint in `response` found in `endpoints` (first
+    listener address -> this listener's address) is replaced. Touches the top level and the
+    endpoint lists only."""
     entries = [response] + [entry for name in ENDPOINT_FIELDS for entry in response.get(name) or ()]
     for entry in entries:
-        if isinstance(entry, dict) and (entry.get("host"), entry.get("port")) == own:
-            entry["host"], entry["port"] = listener
+        if isinstance(entry, dict) and (address := endpoints.get((entry.get("host"), entry.get("port")))):
+            entry["host"], entry["port"] = address

@@ -52,6 +52,7 @@ from reference.protocol.framing import FrameDecoder, FrameTooLarge
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
+from reference.security.principal import KafkaPrincipal
 from reference.security.session import Session
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms
@@ -76,7 +77,7 @@ REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.res
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
-                   ApiKey.ELECT_LEADERS}
+                   ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
 CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, *CONTROLLER_CLIENT_APIS}  # all a node not serving clients answers
 
 
@@ -143,6 +144,19 @@ async def _connect(host: str, port: int) -> socket.socket:
         connection.close()
         raise
     return connection
+
+
+def _envelope(session: Session, frame) -> bytes:
+    """A forwarded request with who sent it (Kafka's EnvelopeRequest carries the principal and
+    the client's address, KIP-590): one JSON line, then the request frame."""
+    sender = {"principal": str(session.principal), "client_host": session.client_host}
+    return json.dumps(sender).encode() + b"\n" + bytes(frame)
+
+
+def _open_envelope(payload: bytes, listener) -> tuple[Session, bytes]:
+    sender, _, frame = payload.partition(b"\n")
+    sender = json.loads(sender)
+    return Session(listener, sender["client_host"], KafkaPrincipal.parse(sender["principal"])), frame
 
 
 class ClusterServer(BrokerServer):
@@ -263,7 +277,7 @@ class ClusterServer(BrokerServer):
                         raise
             elif (controller_id := self.broker.active_controller_id) >= 0:
                 try:
-                    error, payload = await self._call_voter(controller_id, "envelope", bytes(frame))
+                    error, payload = await self._call_voter(controller_id, "envelope", _envelope(session, frame))
                     if error == ErrorCode.NONE:
                         return [payload]
                 except PEER_ERRORS:
@@ -302,9 +316,8 @@ class ClusterServer(BrokerServer):
             return ErrorCode.NONE, await self._on_raft_message(decode_raft_message(payload))
         if kind == "envelope":
             try:
-                # A forwarded request, run as the node that forwarded it (cluster nodes have no
-                # authorizer, so the principal decides nothing here).
-                chunks = await self._run_as_controller(payload, Session(self.listeners[0], client_host=""))
+                session, frame = _open_envelope(payload, self.listeners[0])
+                chunks = await self._run_as_controller(frame, session)
             except KafkaError as e:
                 if e.code != ErrorCode.NOT_CONTROLLER:
                     raise
@@ -323,7 +336,7 @@ class ClusterServer(BrokerServer):
                 await self._applied()
                 if kind == "broker_registration":
                     self.broker.register_broker(request["broker_id"], request["incarnation_id"], request["host"],
-                                                request["port"], now_ms())
+                                                request["port"], now_ms(), request.get("listeners"))
                 elif kind == "broker_heartbeat":
                     self.broker.broker_heartbeat(request["broker_id"], request["broker_epoch"],
                                                  request["want_shutdown"], now_ms())
@@ -487,7 +500,9 @@ class ClusterServer(BrokerServer):
                 if self.broker.broker_epoch < 0:
                     await self._controller_call("broker_registration", {
                         "broker_id": config.node_id, "incarnation_id": self.broker.incarnation_id,
-                        "host": host, "port": port}, self._lifecycle_connections)
+                        "host": host, "port": port,
+                        "listeners": {listener.name: list(listener.advertised) for listener in self.listeners}},
+                        self._lifecycle_connections)
                     await asyncio.sleep(REGISTRATION_RETRY_MS / 1000)
                     continue
                 await self._controller_call("broker_heartbeat", {

@@ -211,7 +211,7 @@ class BrokerServer:
         if response is None:
             return None
         if session.listener is not self.listeners[0] and api_key in ENDPOINT_APIS:
-            readdress(response, self.listeners[0].advertised, session.listener.advertised)
+            readdress(response, self.broker.listener_endpoints(session.listener.name))
         return encode_response_chunks(api_key, version, header.correlation_id, response)
 
     async def _fetch(self, request, context: RequestContext) -> dict:

@@ -193,14 +193,13 @@ def test_bad_security_configuration_is_one_clear_error(properties, message):
     assert "\n" not in str(error.value)
 
 
-def test_cluster_nodes_refuse_security_they_cannot_yet_carry_between_nodes():
-    voters = {"log.dirs": "/tmp/x", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9092"}
-    BrokerConfig.from_properties({**voters, "listeners": "PLAINTEXT://127.0.0.1:9092"})
-    for extra in ({"listeners": "PLAINTEXT://127.0.0.1:9092,OTHER://127.0.0.1:9093",
-                   "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT"},
-                  {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}):
-        with pytest.raises(ValueError, match="single node"):
-            BrokerConfig.from_properties({**voters, **extra})
+def test_a_cluster_nodes_first_listener_carries_the_traffic_between_nodes_in_plaintext():
+    voters = {"log.dirs": "/tmp/x", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9092",
+              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
+              "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
+    BrokerConfig.from_properties({**voters, "listeners": "PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093"})
+    with pytest.raises(ValueError, match="must be PLAINTEXT"):
+        BrokerConfig.from_properties({**voters, "listeners": "CLIENT://127.0.0.1:9092,PLAINTEXT://127.0.0.1:9093"})
 
 
 def test_a_server_properties_file_as_kafkas_docs_write_it(tmp_path, pki):
