@@ -173,7 +173,7 @@ class ClusterProcess:
         self.controller_ids = [CONTROLLER_ID_BASE + i for i in range(1, controllers + 1)]
         node_ids = self.broker_ids + self.controller_ids
         hosts = hosts or ["127.0.0.1"] * len(node_ids)
-        ports = [base_port + i for i in range(len(node_ids))] if base_port else _free_ports(len(node_ids))
+        ports = [base_port + i for i in range(len(node_ids))] if base_port else free_ports(len(node_ids))
         self.addresses = {node_id: f"{host}:{port}" for node_id, host, port in zip(node_ids, hosts, ports)}
         voter_ids = self.controller_ids or self.broker_ids
         voters = ",".join(f"{node_id}@{self.addresses[node_id]}" for node_id in voter_ids)
@@ -258,7 +258,7 @@ class ClusterProcess:
         self.stop()
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """`count` distinct free ports: every probe socket stays bound until all are chosen, or the
     kernel may hand the same port out twice (two nodes of one cluster then share an address)."""
     with contextlib.ExitStack() as probes:

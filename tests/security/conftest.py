@@ -12,7 +12,7 @@ from reference.process import BrokerProcess
 from reference.protocol.api_keys import ApiKey
 from reference.security.jaas import PLAIN_LOGIN_MODULE
 from tests.broker.conftest import RawClient
-from tests.security.certs import make_pki
+from kspec.ops.pki import make_pki
 
 PASSWORDS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 JAAS = (f'{PLAIN_LOGIN_MODULE} required username="admin" password="admin-secret" '

@@ -1,6 +1,7 @@
-"""Test certificates, made fresh for each test session with `cryptography`: a CA, a server
-certificate for localhost/127.0.0.1 (librdkafka and Java check the host by default), and client
-certificates for mTLS. Nothing here is committed: the keys live in a temporary directory."""
+"""Certificates for a local secured cluster and for tests, made fresh with `cryptography`: a CA,
+a server certificate for localhost and 127.0.0.1 (librdkafka and Java clients check the host by
+default), and client certificates for mTLS. Keys are written to the given directory only (mode
+0600); nothing of this kind is ever committed."""
 from __future__ import annotations
 
 import datetime
@@ -23,6 +24,7 @@ class Pki:
     server_pem_path: str  # key + chain in one file (ssl.keystore.location)
     server_key_pem: str  # KIP-651 inline forms
     server_chain_pem: str
+    _ca: tuple = ()  # the CA's certificate and key, in memory only, to issue client certificates
 
     def client(self, common_name: str) -> tuple[str, str]:
         """(certificate path, key path) of a client certificate CN=<common_name>,O=kspec."""
@@ -47,15 +49,12 @@ def make_pki(directory: str) -> Pki:
     ca_path = os.path.join(directory, "ca.pem")
     with open(ca_path, "wb") as f:
         f.write(ca_cert.public_bytes(serialization.Encoding.PEM))
-    with open(os.path.join(directory, "ca.key"), "wb") as f:
-        f.write(_pem_key(ca_key))
-    pki = Pki(directory, ca_path, "", "", "")
-    pki._ca = (ca_cert, ca_key)
+    pki = Pki(directory, ca_path, "", "", "", (ca_cert, ca_key))
     cert_path, key_path = _issue(pki, "localhost", server=True)
     with open(key_path) as k, open(cert_path) as c:
         pki.server_key_pem, pki.server_chain_pem = k.read(), c.read()
     pki.server_pem_path = os.path.join(directory, "server.pem")
-    with open(pki.server_pem_path, "w") as f:
+    with open(os.open(pki.server_pem_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         f.write(pki.server_key_pem + pki.server_chain_pem)
     return pki
 
@@ -79,6 +78,6 @@ def _issue(pki: Pki, common_name: str, server: bool) -> tuple[str, str]:
     with open(cert_path, "wb") as f:
         f.write(cert.public_bytes(serialization.Encoding.PEM) + ca_cert.public_bytes(serialization.Encoding.PEM)
                 if server else cert.public_bytes(serialization.Encoding.PEM))
-    with open(key_path, "wb") as f:
+    with open(os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(_pem_key(key))
     return cert_path, key_path
