@@ -24,7 +24,7 @@ GROUP_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 CLUSTER_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
 TXN_FAILED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 KEY_TYPE_TRANSACTION = 1  # FindCoordinator key_type
-TOPIC_CONFIG_RESOURCE, BROKER_CONFIG_RESOURCE, BROKER_LOGGER_CONFIG_RESOURCE, GROUP_CONFIG_RESOURCE = 2, 4, 8, 32
+TOPIC_CONFIG_RESOURCE, GROUP_CONFIG_RESOURCE = 2, 32  # DescribeConfigs resource types; the others are the cluster's
 
 
 @dataclass
@@ -72,6 +72,13 @@ class _Asker:
             return name
         topic_id = topic.get("topic_id")
         return self.broker.image.topics_by_id.get(topic_id) if topic_id is not None else None
+
+
+def acts_for_the_cluster(broker, principal, client_host: str) -> bool:
+    """Whether a connection may send the nodes' own RPCs (raft, registrations, heartbeats,
+    AlterPartition: CLUSTER_ACTION on the cluster, AUTH-3); anyone may without an authorizer."""
+    return broker.authorizer is None or broker.authorizer.authorize(
+        principal, client_host, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def authorize_request(broker, api_key: int, request, context) -> Verdict:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 _TOKEN = re.compile(r'''\s*(?:(?P<comment>//[^\n]*|/\*.*?\*/)|(?P<quoted>"(?:\\.|[^"\\])*")|(?P<word>[^\s=;"]+)|(?P<symbol>[=;]))''',
                     re.S)

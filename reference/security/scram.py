@@ -28,7 +28,6 @@ MECHANISMS = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}  #
 MECHANISM_BY_CODE = {code: name for name, (_, code) in MECHANISMS.items()}
 ITERATIONS_MIN = 4096  # Kafka's ScramMechanism.minIterations
 ITERATIONS_MAX = 16384  # AlterUserScramCredentials refuses more (ScramControlManager)
-SALT_BYTES = 32
 
 
 class ScramError(Exception):

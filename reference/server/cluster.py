@@ -52,6 +52,7 @@ from reference.protocol.framing import FrameDecoder, FrameTooLarge
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
+from reference.security.checks import acts_for_the_cluster
 from reference.security.principal import KafkaPrincipal
 from reference.security.session import Session
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
@@ -226,11 +227,17 @@ class ClusterServer(BrokerServer):
     # ------------------------------------------------------------ requests
 
     async def _handle(self, frame, session: Session) -> list | None:
+        if session.authenticator is not None and session.authenticator.expects_raw_token:  # SaslHandshake v0
+            return await super()._handle(frame, session)
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
         if not self.broker.serving_clients and api_key not in CONTROLLER_ONLY_APIS:
             await self._until_serving_clients(api_key, header.client_id)
         if api_key == ApiKey.KSPEC_CONTROLLER:
+            if (refusal := session.gate(api_key, now_ms())) is not None:
+                raise CloseConnection(refusal)
+            if not acts_for_the_cluster(self.broker, session.principal, session.client_host):
+                raise CloseConnection(f"{session.principal} may not send the nodes' RPCs (CLUSTER_ACTION)")
             request = decode_request(api_key, header.api_version, frame[body_offset:])
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
             return encode_response_chunks(api_key, header.api_version, header.correlation_id,
