@@ -41,6 +41,19 @@ class Verdict:
 
 PASS = Verdict()
 
+# The operations an authorized-operations field reports, per resource type (Kafka's
+# AclEntry.supportedOperations): bit 1 << operation code is set for each one allowed (KIP-430).
+SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+}
+
 
 class _Asker:
     """The authorizer's questions for one request's principal and host."""
@@ -64,6 +77,10 @@ class _Asker:
 
     def transactional_id(self, operation: AclOperation, name: str | None) -> bool:
         return self.may(operation, ResourceType.TRANSACTIONAL_ID, name)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
+                   if self.may(operation, resource_type, name))
 
     def topic_name(self, topic, name_field: str = "name") -> str | None:
         """A request topic's name, looked up by topic id where the version names topics by id."""
@@ -184,9 +201,22 @@ def _metadata(ask: _Asker, request, version: int) -> Verdict:
     def completion(response: dict) -> None:
         response["topics"] = [topic for topic in response["topics"]
                               if topic.get("name") is not None and ask.topic(AclOperation.DESCRIBE, topic["name"])]
+        if request.get("include_topic_authorized_operations"):  # v8+
+            for topic in response["topics"]:
+                topic["topic_authorized_operations"] = ask.authorized_operations(ResourceType.TOPIC, topic["name"])
+        if request.get("include_cluster_authorized_operations"):  # v8-10
+            response["cluster_authorized_operations"] = ask.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
         response["topics"] += [{"error_code": TOPIC_FAILED, "name": wanted.name, "topic_id": wanted.get("topic_id"),
                                 "is_internal": False, "partitions": [], "topic_authorized_operations": -(2**31)}
                                for wanted in refused]
+    return Verdict(completions=[completion])
+
+
+def _describe_cluster(ask: _Asker, request, version: int) -> Verdict:
+    """No check (Kafka's brokers answer anyone); the cluster's operations when asked for."""
+    def completion(response: dict) -> None:
+        if request.include_cluster_authorized_operations:
+            response["cluster_authorized_operations"] = ask.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
     return Verdict(completions=[completion])
 
 
@@ -287,13 +317,19 @@ def _offset_fetch(ask: _Asker, request, version: int) -> Verdict:
 
 
 def _per_group(operation: AclOperation, groups_field: str, responses_field: str, answer: Callable[[str], dict]):
-    """DescribeGroups, DeleteGroups, ConsumerGroupDescribe: each group needs the operation."""
+    """DescribeGroups, DeleteGroups, ConsumerGroupDescribe: each group needs the operation; the
+    described groups carry their authorized operations when asked for."""
     def check(ask: _Asker, request, version: int) -> Verdict:
         groups = request.get(groups_field)
         refused = [group for group in groups if not ask.group(operation, group)]
         groups[:] = [group for group in groups if ask.group(operation, group)]
 
         def completion(response: dict) -> None:
+            if request.get("include_authorized_operations"):
+                for described in response.get(responses_field, []):
+                    if described.get("error_code") == ErrorCode.NONE:
+                        described["authorized_operations"] = ask.authorized_operations(ResourceType.GROUP,
+                                                                                       described["group_id"])
             response.setdefault(responses_field, []).extend(answer(group) for group in refused)
         return Verdict(completions=[completion])
     return check
@@ -453,8 +489,9 @@ CHECKS: dict[int, Callable[[_Asker, object, int], Verdict]] = {
         "group_id": group, "error_code": GROUP_FAILED, "error_message": None, "group_state": "", "group_epoch": -1,
         "assignment_epoch": -1, "assignor_name": "", "members": [], "authorized_operations": -(2**31)}),
     ApiKey.DESCRIBE_TRANSACTIONS: _per_transaction,
+    ApiKey.DESCRIBE_CLUSTER: _describe_cluster,
     ApiKey.LIST_TRANSACTIONS: _list_transactions,
     # DescribeAcls, CreateAcls, DeleteAcls and the SCRAM credential APIs check the cluster in
     # their handlers (reference/handlers/acls.py, scram_credentials.py): they answer SECURITY_DISABLED
-    # without an authorizer. ApiVersions, SaslHandshake, SaslAuthenticate and DescribeCluster need nothing.
+    # without an authorizer. ApiVersions, SaslHandshake and SaslAuthenticate need nothing.
 }

@@ -183,3 +183,16 @@ def test_mtls_principal_is_the_certificate_subject(secure_broker, pki, topic):
     anonymous = SecureClient(address, client_context(pki))  # ssl.client.auth=required: no certificate, no TLS
     with pytest.raises((ssl.SSLError, ConnectionError)):
         anonymous.request(ApiKey.METADATA, 12, metadata)
+
+
+def test_authorized_operations_are_reported_when_asked_for(secure_broker, pki, topic):
+    alice = sasl_client(secure_broker, pki, "alice")  # READ and WRITE on the topic (DESCRIBE implied)
+    metadata = alice.request(ApiKey.METADATA, 10, {"topics": [{"name": topic}], "allow_auto_topic_creation": False,
+                                                   "include_cluster_authorized_operations": True,
+                                                   "include_topic_authorized_operations": True})
+    assert metadata.topics[0].topic_authorized_operations == (1 << 3) | (1 << 4) | (1 << 8)
+    assert metadata.cluster_authorized_operations == 0
+    admin = sasl_client(secure_broker, pki)
+    cluster = admin.request(ApiKey.DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": True,
+                                                        "endpoint_type": 1})
+    assert cluster.cluster_authorized_operations == sum(1 << op for op in (5, 9, 10, 11, 12, 7, 8))
