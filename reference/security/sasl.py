@@ -162,7 +162,11 @@ class SaslAuthenticator:
     # -- tokens -----------------------------------------------------------------------------
 
     def authenticate(self, token: bytes, version: int, now_ms: int) -> dict:
-        """SaslAuthenticate: the mechanism's answer, or SASL_AUTHENTICATION_FAILED (then the close)."""
+        """SaslAuthenticate: the mechanism's answer, or SASL_AUTHENTICATION_FAILED (then the close);
+        ILLEGAL_SASL_STATE when no exchange is under way (e.g. once authenticated)."""
+        if self.state != State.AUTHENTICATE:
+            return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "error_message": f"SASL is {self.state.value}",
+                    "auth_bytes": b"", "session_lifetime_ms": 0}
         try:
             challenge = self._evaluate(token, now_ms)
         except AuthenticationFailed as e:

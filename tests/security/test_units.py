@@ -113,6 +113,8 @@ def test_handshake_after_authentication_without_reauthentication_is_illegal():
     sasl.handshake("PLAIN", 1)
     sasl.authenticate(b"\0alice\0secret", 2, 0)
     assert sasl.handshake("PLAIN", 1)["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+    assert sasl.authenticate(b"\0alice\0secret", 2, 0)["error_code"] == ErrorCode.ILLEGAL_SASL_STATE
+    assert sasl.authenticated
 
 
 def test_jaas_config_parses_plain_users_and_refuses_garbage():
