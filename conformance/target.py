@@ -1,7 +1,7 @@
 """The broker under test: where it is, how to reach it, what it offers, and how to set up topics.
 
 A Target is built once per run from the command line. It opens raw wire connections (TLS
-when the client properties ask for it), creates uniquely named topics (through CreateTopics
+and SASL PLAIN or SCRAM when the client properties ask for them), creates uniquely named topics (through CreateTopics
 when the broker offers it, otherwise through Metadata auto-creation), translates client
 properties (librdkafka names, e.g. security.protocol, sasl.username) for each client, and
 stops, starts, pauses and resumes nodes when the run was given commands for that.
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from conformance import sasl
 from conformance.capabilities import METADATA_VERSION_RANGE, Capabilities, discover
 from conformance.wire import WireClient, answered_entry, error_name, request_name
 from reference.protocol.api_keys import ApiKey
@@ -32,12 +33,16 @@ NODE_RETURN_TIMEOUT_S = 60.0  # a started node is listed by Metadata again withi
 POLL_INTERVAL_S = 0.1
 
 # librdkafka property -> kafka-python / aiokafka keyword. Only these travel to the Python clients.
-_PYTHON_CLIENT_PROPERTIES = {
+PYTHON_CLIENT_PROPERTIES = {
     "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
     "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
     "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
     "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
 }
+
+# librdkafka properties the kafkajs driver turns into kafkajs's ssl and sasl options.
+KAFKAJS_PROPERTIES = ("security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+                      "ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 
 
 class TopicSetupFailed(AssertionError):
@@ -74,14 +79,12 @@ class Target:
         brokers first, that accepts a connection. A broker a test stopped or paused is never
         chosen: a paused one accepts connections but answers nothing, and a stopped one may still
         accept them through a proxy in front of it (docker's) and then reset them."""
-        if self.uses_sasl:
-            pytest.skip("the wire layer does not speak SASL; this check runs on PLAINTEXT or SSL listeners")
         if address is not None:
-            return WireClient(address, ssl_context=self._ssl_context())
+            return self._authenticated(WireClient(address, ssl_context=self._ssl_context()))
         refused = []
         for candidate in self._live_addresses():
             try:
-                return WireClient(candidate, ssl_context=self._ssl_context())
+                return self._authenticated(WireClient(candidate, ssl_context=self._ssl_context()))
             except OSError as error:
                 refused.append(f"{candidate}: {error}")
         raise ConnectionError(f"no live broker accepts a connection ({'; '.join(refused) or 'every one is stopped'})")
@@ -94,8 +97,26 @@ class Target:
         candidates = [a.strip() for a in self.bootstrap.split(",")] + [b.address for b in brokers]
         return [a for a in dict.fromkeys(candidates) if a not in down]
 
+    def wire_as(self, **properties: str) -> WireClient:
+        """A connection to the first bootstrap broker with other client properties (e.g. another
+        sasl.username and sasl.password) over the target's own."""
+        return self._authenticated(WireClient(self.first_address, ssl_context=self._ssl_context()),
+                                   {**self.properties, **properties})
+
+    def _authenticated(self, wire: WireClient, properties: dict[str, str] | None = None) -> WireClient:
+        """The connection once SASL (PLAIN or SCRAM) succeeded, when the properties ask for SASL."""
+        properties = self.properties if properties is None else properties
+        if properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL"):
+            try:
+                sasl.authenticate(wire, sasl.mechanism_of(properties), properties.get("sasl.username", ""),
+                                  properties.get("sasl.password", ""))
+            except BaseException:
+                wire.close()
+                raise
+        return wire
+
     def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.properties.get("security.protocol", "PLAINTEXT").upper() != "SSL":
+        if self.properties.get("security.protocol", "PLAINTEXT").upper() not in ("SSL", "SASL_SSL"):
             return None
         context = ssl.create_default_context(cafile=self.properties.get("ssl.ca.location"))
         if "ssl.certificate.location" in self.properties:
@@ -125,13 +146,38 @@ class Target:
         if client in ("confluent-kafka", "kcat"):
             return dict(self.properties)
         if client in ("kafka-python", "aiokafka"):
-            unknown = sorted(set(self.properties) - set(_PYTHON_CLIENT_PROPERTIES))
+            unknown = sorted(set(self.properties) - set(PYTHON_CLIENT_PROPERTIES))
             if unknown:
                 pytest.skip(f"{client} takes no equivalent of client properties {', '.join(unknown)}")
-            return {_PYTHON_CLIENT_PROPERTIES[k]: v for k, v in self.properties.items()}
+            extra = {PYTHON_CLIENT_PROPERTIES[k]: v for k, v in self.properties.items()}
+            if client == "aiokafka" and {"ssl_cafile", "ssl_certfile", "ssl_keyfile"} & set(extra):
+                from aiokafka.helpers import create_ssl_context  # aiokafka takes an SSLContext, not file names
+                extra["ssl_context"] = create_ssl_context(cafile=extra.pop("ssl_cafile", None),
+                                                          certfile=extra.pop("ssl_certfile", None),
+                                                          keyfile=extra.pop("ssl_keyfile", None))
+            return extra
+        if client == "kafkajs":
+            return self._kafkajs_connection()
         if self.properties:
             pytest.skip(f"the {client} driver takes no client properties")
         return {}
+
+    def _kafkajs_connection(self) -> dict:
+        """kafkajs's `ssl` and `sasl` options from librdkafka's property names."""
+        unknown = sorted(set(self.properties) - set(KAFKAJS_PROPERTIES))
+        if unknown:
+            pytest.skip(f"kafkajs takes no equivalent of client properties {', '.join(unknown)}")
+        protocol = self.properties.get("security.protocol", "PLAINTEXT").upper()
+        connection: dict = {}
+        if protocol in ("SSL", "SASL_SSL"):
+            connection["ssl"] = {key: self.properties[name] for name, key in
+                                 (("ssl.ca.location", "ca"), ("ssl.certificate.location", "cert"),
+                                  ("ssl.key.location", "key")) if name in self.properties}
+        if protocol.startswith("SASL"):
+            connection["sasl"] = {"mechanism": sasl.mechanism_of(self.properties).lower(),
+                                  "username": self.properties.get("sasl.username", ""),
+                                  "password": self.properties.get("sasl.password", "")}
+        return connection
 
     # -- topics
 

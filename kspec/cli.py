@@ -22,6 +22,8 @@ SUBCOMMANDS = {
     "consume": ("kspec.ops.consume:consume", "Print a topic's records as text or JSON lines."),
     "groups": ("kspec.ops.groups:groups", "List, describe, reset and delete consumer groups."),
     "cluster": ("kspec.ops.cluster:cluster", "Cluster state: brokers, controller quorum, partitions."),
+    "acls": ("kspec.ops.acls:acls", "List, add and remove ACLs (kafka-acls.sh's options)."),
+    "users": ("kspec.ops.users:users", "Create, describe and delete SCRAM users."),
     "report": ("reports.cli:report", "Render a run folder as an HTML report with plots."),
     "mirror": ("mirror.cli:mirror", "MirrorMaker 2-style mirroring between clusters (mm2.properties)."),
     "connect": ("connect.cli:connect", "A Kafka Connect worker (standalone or distributed) with its REST API."),

@@ -2,7 +2,8 @@
 
 Configuration is layered as Kafka's: a .properties file (--config), then --set k=v
 overrides, then the --listen/--data-dir/--node-id flags. Once listening, exactly one line
-goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/tmp/x`;
+goes to stdout, e.g. `kspec broker 0 ready bootstrap=127.0.0.1:40123 data-dir=/tmp/x
+listeners=PLAINTEXT://127.0.0.1:40123` (every listener, as advertised);
 logs go to stderr. A stop flushes and closes every log and leaves the clean-shutdown marker.
 
 With controller.quorum.voters set (e.g. `--set controller.quorum.voters=1@127.0.0.1:9092,...`)
@@ -26,6 +27,12 @@ from reference.node.broker import Broker
 from reference.node.cluster import ClusterBroker
 from reference.server.cluster import ClusterServer
 from reference.server.server import BrokerServer, now_ms
+
+
+class BadConfiguration(click.ClickException):
+    """A property the broker cannot start with: one line on stderr, exit code 2."""
+
+    exit_code = 2
 
 
 @click.command()
@@ -52,13 +59,13 @@ def broker(listen: str | None, data_dir: str, node_id: int | None, config_file: 
     try:
         config = BrokerConfig.from_properties(properties)
     except ValueError as e:
-        raise click.UsageError(f"{e}; see the Kafka broker property names in reference/config.py") from None
+        raise BadConfiguration(f"{e}; see the Kafka broker property names in reference/config.py") from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         broker_state = (ClusterBroker if config.controller_quorum_voters else Broker)(config, now_ms())  # replays the metadata log, recovers every partition
     except ValueError as e:  # e.g. a data dir whose meta.properties names another node
-        raise click.UsageError(str(e)) from None
+        raise BadConfiguration(str(e)) from None
     asyncio.run(_run(broker_state))
 
 
@@ -71,8 +78,9 @@ async def _run(broker_state: Broker) -> None:
     for signal_number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signal_number, stop.set)
     advertised_host = config.advertised_host or host
-    print(f"kspec broker {config.node_id} ready bootstrap={advertised_host}:{port} data-dir={config.log_dirs}",
-          flush=True)
+    listeners = ",".join(str(listener) for listener in server.listeners)
+    print(f"kspec broker {config.node_id} ready bootstrap={advertised_host}:{port} data-dir={config.log_dirs} "
+          f"listeners={listeners}", flush=True)
     logging.getLogger("kspec.broker").info("node %d serving on %s:%d (cluster %s)", config.node_id, host, port,
                                            broker_state.cluster_id)
     stopping = asyncio.create_task(stop.wait())

@@ -9,7 +9,7 @@ override, the way Kafka derives a LogConfig from server defaults plus topic over
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 MiB = 1024 * 1024
 INT_MAX = (1 << 31) - 1
@@ -30,6 +30,14 @@ TOPIC_DEFAULT_SYNONYMS = {
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
 }
+
+
+# Security properties (listeners, TLS, SASL, the authorizer) are kept as given and read by
+# reference/security/: their keys are open-ended (listener.name.<listener>.<mechanism>.X).
+SECURITY_PROPERTY_PREFIXES = ("listener.", "ssl.", "sasl.", "advertised.listeners", "inter.broker.listener.name",
+                              "controller.listener.names", "security.inter.broker.protocol", "super.users",
+                              "authorizer.class.name", "allow.everyone.if.no.acl.found", "connections.max.reauth.ms",
+                              "connection.failed.authentication.delay.ms")
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,15 @@ class BrokerConfig:
     kspec_bug_ack_before_isr: bool = False
     kspec_bug_count_fenced_follower_into_hw: bool = False
     kspec_bug_read_above_hw: bool = False
+    security_properties: dict[str, str] = field(default_factory=dict, compare=False)  # listeners and the above
+
+    @functools.cached_property
+    def listeners(self):
+        """Every listener (reference/security/listeners.py); the first is listen_host:listen_port."""
+        from reference.security.listeners import configure_listeners
+        listeners = configure_listeners(self.security_properties)
+        listeners[0].host, listeners[0].port = self.listen_host, self.listen_port
+        return listeners
 
     @functools.cached_property  # asked on every request a cluster node handles
     def roles(self) -> frozenset[str]:
@@ -132,18 +149,23 @@ class BrokerConfig:
         """Build from Kafka property names; raise ValueError naming a bad key or value."""
         known = {f.name: f for f in fields(cls)}
         values: dict[str, object] = {}
+        security: dict[str, str] = {}
         for key, raw in properties.items():
             if key == "listeners":
                 values["listen_host"], values["listen_port"] = parse_listener(raw)
+                security[key] = raw
+                continue
+            if key.startswith(SECURITY_PROPERTY_PREFIXES):
+                security[key] = raw
                 continue
             if key == "advertised.host.name":
                 values["advertised_host"] = raw
                 continue
             name = key.replace(".", "_")
-            if name not in known or name in ("listen_host", "listen_port", "advertised_host"):
+            if name not in known or name in ("listen_host", "listen_port", "advertised_host", "security_properties"):
                 raise ValueError(f"unknown broker property {key!r}")
             values[name] = _parse(key, raw, known[name].type)
-        config = cls(**values)
+        config = cls(**values, security_properties=security)
         config.check()
         return config
 
@@ -172,6 +194,12 @@ class BrokerConfig:
             if not holds:
                 raise ValueError(message)
         self._check_roles()
+        self.listeners  # noqa: B018 - builds and checks every listener (TLS stores, JAAS) before the start
+        from reference.security.authorizer import StandardAuthorizer
+        StandardAuthorizer.from_properties(self.security_properties, tuple)  # checks its properties
+        if self.controller_quorum_voters and self.listeners[0].protocol != "PLAINTEXT":
+            raise ValueError(f"a cluster node's first listener carries the traffic between nodes and must be PLAINTEXT "
+                             f"(for now), not {self.listeners[0].protocol}; list a PLAINTEXT listener first")
 
     def _check_roles(self) -> None:
         """A controller is a voter and a broker-only node is not (it observes the metadata log)."""
@@ -211,8 +239,8 @@ def parse_voters(voters: str) -> dict[int, tuple[str, int]]:
 
 
 def parse_listener(listener: str) -> tuple[str, int]:
-    """'HOST:PORT' or 'PLAINTEXT://HOST:PORT' -> (host, port)."""
-    address = listener.split("://", 1)[-1]
+    """'HOST:PORT' or 'NAME://HOST:PORT[,...]' -> (host, port) of the first listener."""
+    address = listener.split(",", 1)[0].strip().split("://", 1)[-1]
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"listener {listener!r} is not HOST:PORT")
@@ -220,13 +248,17 @@ def parse_listener(listener: str) -> tuple[str, int]:
 
 
 def read_properties_file(path: str) -> dict[str, str]:
-    """A Java .properties file (key=value lines, '#' and '!' comments) -> dict."""
+    """A Java .properties file (key=value lines, '#' and '!' comments, a line ending in a
+    backslash continued on the next, as Kafka's docs write sasl.jaas.config) -> dict."""
     properties = {}
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+        lines = iter(enumerate(f, 1))
+        for number, line in lines:
             line = line.strip()
             if not line or line[0] in "#!":
                 continue
+            while (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # an odd run of backslashes: continued
+                line = line[:-1] + next(lines, (number, ""))[1].strip()
             key, sep, value = line.partition("=")
             if not sep:
                 raise ValueError(f"{path}:{number}: expected key=value, got {line!r}")

@@ -64,6 +64,7 @@ class BrokerProcess:
         self.stderr_path = stderr_path or self.data_dir.rstrip("/") + ".stderr.log"
         self.process: subprocess.Popen | None = None
         self.bootstrap: str | None = None  # HOST:PORT once ready
+        self.listeners: dict[str, str] = {}  # listener name -> HOST:PORT once ready, e.g. {"SASL_SSL": ...}
 
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "kspec.cli", "broker", "--listen", self.listen,
@@ -83,7 +84,10 @@ class BrokerProcess:
             self.kill()
             raise BrokerNotReady(f"no ready line from {' '.join(self.command())}: {line!r}; see {self.stderr_path}")
         self.bootstrap = line.split("bootstrap=", 1)[1].split()[0]
-        self.listen = self.bootstrap  # restarts come back on the same port
+        if " listeners=" in line:
+            self.listeners = dict(entry.split("://", 1) for entry in line.split(" listeners=", 1)[1].split()[0].split(","))
+        # restarts come back on the same ports
+        self.listen = ",".join(f"{name}://{address}" for name, address in self.listeners.items()) or self.bootstrap
         return self.bootstrap
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
@@ -169,7 +173,7 @@ class ClusterProcess:
         self.controller_ids = [CONTROLLER_ID_BASE + i for i in range(1, controllers + 1)]
         node_ids = self.broker_ids + self.controller_ids
         hosts = hosts or ["127.0.0.1"] * len(node_ids)
-        ports = [base_port + i for i in range(len(node_ids))] if base_port else _free_ports(len(node_ids))
+        ports = [base_port + i for i in range(len(node_ids))] if base_port else free_ports(len(node_ids))
         self.addresses = {node_id: f"{host}:{port}" for node_id, host, port in zip(node_ids, hosts, ports)}
         voter_ids = self.controller_ids or self.broker_ids
         voters = ",".join(f"{node_id}@{self.addresses[node_id]}" for node_id in voter_ids)
@@ -254,7 +258,7 @@ class ClusterProcess:
         self.stop()
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """`count` distinct free ports: every probe socket stays bound until all are chosen, or the
     kernel may hand the same port out twice (two nodes of one cluster then share an address)."""
     with contextlib.ExitStack() as probes:

@@ -71,6 +71,12 @@ _GUARANTEES = (
               "distributed Connect"),
     Guarantee("CON-2", "with exactly-once source support no source record is written twice",
               "exactly.once.source.support=enabled"),
+    Guarantee("AUTH-1", "no request but the handshake is served before authentication succeeds on a SASL listener",
+              "SASL listener"),
+    Guarantee("AUTH-2", "an operation that the ACLs deny is refused with its authorization error and changes nothing",
+              "authorizer on"),
+    Guarantee("AUTH-3", "a client principal cannot act as a replica or a controller (replica Fetch, "
+                        "WriteTxnMarkers, controller RPCs need CLUSTER_ACTION)", "authorizer on"),
 )
 
 CATALOGUE: dict[str, Guarantee] = {g.id: g for g in _GUARANTEES}

@@ -29,19 +29,20 @@ def _run(job: dict, timeout_s: float) -> list[dict]:
 
 
 def produce(bootstrap: str, topic: str, records: list[Record], *, compression: str = "none",
-            acks: str | int = "all", idempotent: bool = False,
+            acks: str | int = "all", idempotent: bool = False, extra: dict | None = None,
             timeout_s: float = TIMEOUT_S_DEFAULT) -> list[Delivery]:
-    job = {"op": "produce", "brokers": bootstrap.split(","), "topic": topic, "compression": compression,
+    job = {"op": "produce", "brokers": bootstrap.split(","), "connection": extra or {}, "topic": topic,
+           "compression": compression,
            "acks": -1 if acks == "all" else int(acks), "idempotent": idempotent,
            "messages": [{"partition": r.partition, "key": r.key, "value": r.value, "headers": dict(r.headers)}
                         for r in records]}
     return [Delivery(d["partition"], d["offset"]) for d in _run(job, timeout_s)]
 
 
-def consume_group(bootstrap: str, topic: str, group: str, count: int, *,
+def consume_group(bootstrap: str, topic: str, group: str, count: int, *, extra: dict | None = None,
                   timeout_s: float = TIMEOUT_S_DEFAULT) -> list[Message]:
     """kafkajs reads only through a consumer group (it has no assign mode)."""
-    job = {"op": "consume", "brokers": bootstrap.split(","), "topic": topic, "group": group, "count": count,
-           "timeoutMs": int(timeout_s * 1000) - 5000}
+    job = {"op": "consume", "brokers": bootstrap.split(","), "connection": extra or {}, "topic": topic,
+           "group": group, "count": count, "timeoutMs": int(timeout_s * 1000) - 5000}
     return [Message(m["partition"], m["offset"], m["key"], m["value"], tuple(m["headers"].items()))
             for m in _run(job, timeout_s)]

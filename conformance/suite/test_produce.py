@@ -30,14 +30,12 @@ def _read_back(client: str, client_driver, target, topic: str, count: int):
     if client == "kafkajs":  # kafkajs reads only through a consumer group
         if not target.capabilities.offers_classic_groups:
             pytest.skip("kafkajs reads only through consumer groups, which the broker does not offer")
-        return client_driver.consume_group(target.bootstrap, topic, f"{topic}-group", count)
+        return client_driver.consume_group(target.bootstrap, topic, f"{topic}-group", count,
+                                           extra=target.client_extra(client))
     return client_driver.consume(target.bootstrap, topic, list(PARTITIONS), count, extra=target.client_extra(client))
 
 
 def _produce(client: str, client_driver, target, topic: str, records: list[Record], **options):
-    if client == "kafkajs":
-        target.client_extra(client)  # skips when client properties are set
-        return client_driver.produce(target.bootstrap, topic, records, **options)
     return client_driver.produce(target.bootstrap, topic, records, extra=target.client_extra(client), **options)
 
 

@@ -8,6 +8,8 @@ request goes through kafka-python, and only when the broker advertises it in Api
 """
 from __future__ import annotations
 
+import os
+import secrets
 import shlex
 import signal
 import tempfile
@@ -33,9 +35,11 @@ NO_TIMESTAMP = -1
 @click.option("--base-port", type=click.IntRange(1, 65535 - 64),
               help="Node i listens on base-port + i - 1, controllers after the brokers (default: free ports).")
 @click.option("--data-dir", type=click.Path(file_okay=False), help="Nodes' data dirs go under it (default: a new temp dir).")
+@click.option("--secure", is_flag=True, help="Give every broker a SASL_SSL listener (generated certificates, an admin "
+                                              "user, StandardAuthorizer) and print the client properties.")
 @click.pass_context
 def cluster(ctx: click.Context, nodes: int | None, controllers: int | None, base_port: int | None,
-            data_dir: str | None) -> None:
+            data_dir: str | None, secure: bool) -> None:
     """Start a local reference cluster, or inspect a cluster.
 
     With --nodes N: one `kspec broker` process per node on 127.0.0.1, each with its own port
@@ -52,6 +56,7 @@ def cluster(ctx: click.Context, nodes: int | None, controllers: int | None, base
     Examples:
       kspec cluster --nodes 3 --base-port 9092 --data-dir /tmp/kspec-cluster
       kspec cluster --nodes 3 --controllers 3
+      kspec cluster --nodes 3 --secure      # SASL_SSL beside PLAINTEXT; prints the admin's client properties
       kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
           --node-stop-command 'python -m conformance.nodes stop /tmp/kspec-cluster {node_id}' \\
           --node-start-command 'python -m conformance.nodes start /tmp/kspec-cluster {node_id}'
@@ -65,15 +70,19 @@ def cluster(ctx: click.Context, nodes: int | None, controllers: int | None, base
                            "(see `kspec cluster --help`)")
         click.echo(ctx.get_help())
         return
-    run_local_cluster(nodes, base_port, data_dir or tempfile.mkdtemp(prefix="kspec-cluster-"), controllers or 0)
+    run_local_cluster(nodes, base_port, data_dir or tempfile.mkdtemp(prefix="kspec-cluster-"), controllers or 0,
+                      secure)
 
 
-def run_local_cluster(nodes: int, base_port: int | None, data_dir: str, controllers: int = 0) -> None:
+def run_local_cluster(nodes: int, base_port: int | None, data_dir: str, controllers: int = 0,
+                      secure: bool = False) -> None:
     from conformance.nodes import LocalCluster
     stopping = threading.Event()
     for signal_number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signal_number, lambda *_: stopping.set())
-    local_cluster = LocalCluster(data_dir, nodes, controllers=controllers, base_port=base_port)
+    local_cluster = LocalCluster(data_dir, nodes, controllers=controllers, base_port=base_port,
+                                 overrides=secure_overrides(data_dir) if secure else None)
+    bootstrap = secure_listeners(local_cluster, data_dir) if secure else local_cluster.bootstrap
     try:
         local_cluster.start()
     except RuntimeError as e:
@@ -89,12 +98,57 @@ def run_local_cluster(nodes: int, base_port: int | None, data_dir: str, controll
                    f"controllers (process.roles=controller): {','.join(map(str, layout.controller_ids))}")
     else:
         click.echo(f"nodes (process.roles=broker,controller): {','.join(map(str, layout.broker_ids))}")
+    if secure:
+        properties = os.path.join(data_dir, CLIENT_PROPERTIES)
+        click.echo(f"client properties ({properties}, for --command-config and --client-property):")
+        with open(properties) as f:
+            click.echo("".join(f"  {line}" for line in f))
     click.echo(f"kspec cluster ready nodes={nodes}{f' controllers={controllers}' if controllers else ''} "
-               f"bootstrap={local_cluster.bootstrap} data-dir={data_dir}")
+               f"bootstrap={bootstrap} data-dir={data_dir}")
     while not stopping.wait(1.0):
         pass
     local_cluster.stop()
     click.echo("kspec cluster stopped")
+
+
+CLIENT_PROPERTIES = "client.properties"
+SECURE_ADMIN = "admin"
+
+
+def secure_overrides(data_dir: str) -> dict[str, str]:
+    """Broker properties of a secured local cluster: certificates made for it, a SASL_SSL listener
+    with PLAIN and SCRAM, StandardAuthorizer with the admin and the nodes' own principal
+    (User:ANONYMOUS on the PLAINTEXT listener between nodes) as super users. Writes the admin's
+    client properties to data_dir/client.properties (mode 0600)."""
+    from kspec.ops.pki import make_pki
+    from reference.security.jaas import PLAIN_LOGIN_MODULE
+    pki = make_pki(os.path.join(data_dir, "pki"))
+    password = secrets.token_urlsafe(12)
+    with open(os.open(os.path.join(data_dir, CLIENT_PROPERTIES), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+              "w") as f:
+        f.write(f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username={SECURE_ADMIN}\n"
+                f"sasl.password={password}\nssl.ca.location={pki.ca_path}\n")
+    return {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server_pem_path,
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            f'{PLAIN_LOGIN_MODULE} required username="{SECURE_ADMIN}" password="{password}" '
+            f'user_{SECURE_ADMIN}="{password}";',
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": f"User:{SECURE_ADMIN};User:ANONYMOUS",
+    }
+
+
+def secure_listeners(local_cluster, data_dir: str) -> str:
+    """Give each broker a SASL_SSL listener on a port of its own; return their bootstrap list."""
+    from reference.process import free_ports
+    layout = local_cluster.layout
+    ports = free_ports(len(layout.nodes))
+    for (node_id, node), port in zip(sorted(layout.nodes.items()), ports):
+        node.listen = f"PLAINTEXT://{layout.addresses[node_id]},SASL_SSL://127.0.0.1:{port}"
+    return ",".join(f"127.0.0.1:{port}" for (node_id, _), port in zip(sorted(layout.nodes.items()), ports)
+                    if node_id in layout.broker_ids)
 
 
 @cluster.command(epilog=EXIT_CODES_EPILOG)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 import time
 
 import click
@@ -22,6 +23,11 @@ from kafka.protocol.api_key import ApiKey
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from conformance import sasl
+from conformance.target import PYTHON_CLIENT_PROPERTIES
+from conformance.wire import WireClient
+from reference.config import read_properties_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -39,6 +45,7 @@ METADATA_ATTEMPT_S = 0.5  # one metadata attempt; between attempts connection fa
 REQUEST_TIMEOUT_S = 30.0  # any later admin request
 PROBE_TIMEOUT_MS = 5_000  # reading a broker's ApiVersions with kafka-python
 TERMINAL_WIDTH_PIPED = 240  # table width when stdout is not a terminal, so rows are never wrapped
+COMMAND_CONFIG_KEY = "kspec.command_config"
 HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[^\s:,\[\]]+):(\d{1,5})$")
 
 # librdkafka errors that mean "the bootstrap servers cannot be reached at all".
@@ -63,6 +70,13 @@ HINTS = {
     KafkaError.REQUEST_TIMED_OUT: "the broker did not answer in time; check that it is running and reachable",
     KafkaError.NOT_CONTROLLER: "the cluster has no active controller; check `kspec cluster status`",
     KafkaError.COORDINATOR_NOT_AVAILABLE: "the group coordinator is not available yet; retry shortly",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "the principal lacks an ACL on the cluster; ask an administrator "
+                                             "(`kspec acls --add ... --cluster`)",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "the principal lacks an ACL on the topic; ask an administrator "
+                                           "(`kspec acls --add ... --topic`)",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "the principal lacks an ACL on the group; ask an administrator "
+                                           "(`kspec acls --add ... --group`)",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "check sasl.mechanism, sasl.username and sasl.password in --command-config",
 }
 
 
@@ -138,10 +152,64 @@ def parse_bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> s
     return ",".join(servers)
 
 
-bootstrap_option = click.option(
+_bootstrap_option = click.option(
     "--bootstrap-servers", "--bootstrap-server", "-b", "bootstrap", required=True, envvar=BOOTSTRAP_ENVVAR,
     callback=parse_bootstrap, metavar="HOST:PORT[,...]",
     help=f"Brokers to connect to first (or set {BOOTSTRAP_ENVVAR}).")
+
+
+def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
+    """--command-config FILE: client properties in librdkafka's names (security.protocol,
+    sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...), as Kafka's tools take
+    them; kept in the context for every client the command makes."""
+    if path is None:
+        return
+    try:
+        ctx.meta[COMMAND_CONFIG_KEY] = read_properties_file(path)
+    except (OSError, ValueError) as e:
+        raise click.BadParameter(f"cannot read client properties: {e}", ctx, param) from None
+
+
+_command_config_option = click.option(
+    "--command-config", type=click.Path(dir_okay=False), callback=_read_command_config, expose_value=False,
+    is_eager=True, metavar="FILE", help="Client properties (security.protocol, sasl.*, ssl.*) for a secured cluster.")
+
+
+def bootstrap_option(command):
+    """--bootstrap-servers and --command-config, which every operator command takes."""
+    return _command_config_option(_bootstrap_option(command))
+
+
+def command_properties() -> dict[str, str]:
+    """The --command-config properties of the running command (empty without one)."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.find_root().meta.get(COMMAND_CONFIG_KEY, {})) if ctx is not None else {}
+
+
+def python_client_properties() -> dict:
+    """The --command-config properties as kafka-python keywords."""
+    return {PYTHON_CLIENT_PROPERTIES[key]: value for key, value in command_properties().items()
+            if key in PYTHON_CLIENT_PROPERTIES}
+
+
+def wire_client(address: str, **options) -> WireClient:
+    """A raw connection with the command's TLS and SASL settings (reference codec, conformance.wire)."""
+    properties = command_properties()
+    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=properties.get("ssl.ca.location"))
+        if "ssl.certificate.location" in properties:
+            context.load_cert_chain(properties["ssl.certificate.location"], properties.get("ssl.key.location"))
+    wire = WireClient(address, ssl_context=context, **options)
+    if protocol.startswith("SASL"):
+        try:
+            sasl.authenticate(wire, sasl.mechanism_of(properties), properties.get("sasl.username", ""),
+                              properties.get("sasl.password", ""))
+        except BaseException:
+            wire.close()
+            raise
+    return wire
 
 
 def parse_configs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -195,7 +263,7 @@ def quiet_logger() -> logging.Logger:
 
 def client_config(bootstrap: str, watch: ConnectionWatch, **overrides) -> dict:
     """A confluent-kafka config whose connection errors reach `watch` and whose logs stay quiet."""
-    config = {"bootstrap.servers": bootstrap, "error_cb": watch, "logger": quiet_logger()}
+    config = {"bootstrap.servers": bootstrap, **command_properties(), "error_cb": watch, "logger": quiet_logger()}
     config.update(overrides)
     return config
 
@@ -244,7 +312,7 @@ class ApiVersionsProbe:
         self.api_keys: set[ApiKey] | None = None
         self.failure: str | None = None
         try:
-            self.client = KafkaAdminClient(bootstrap_servers=bootstrap.split(","),
+            self.client = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), **python_client_properties(),
                                            bootstrap_timeout_ms=PROBE_TIMEOUT_MS,
                                            request_timeout_ms=int(REQUEST_TIMEOUT_S * 1000))
             self.api_keys = set(self.client.api_versions())

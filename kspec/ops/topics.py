@@ -13,10 +13,9 @@ from confluent_kafka import IsolationLevel, TopicCollection, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    NewPartitions, NewTopic, OffsetSpec)
 
-from conformance.wire import WireClient
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, BadUsage, ConnectionWatch, OpsError, OpsGroup,
                               await_metadata, bootstrap_option, client_config, node_list, parse_configs,
-                              print_table, require_topic, result)
+                              print_table, require_topic, result, wire_client)
 from reference.protocol.api_keys import ApiKey
 
 PARTITIONS_MAX = 100_000  # a sanity bound on --partitions; brokers enforce their own limits
@@ -177,7 +176,7 @@ def log_end_offsets(topic: str, partitions) -> dict[int, int]:
         body = {"replica_id": DEBUGGING_REPLICA_ID, "topics": [{"name": topic, "partitions": [
             {"partition_index": index, "timestamp": LATEST_TIMESTAMP} for index in indexes]}]}
         try:
-            with WireClient(address, client_id="kspec-topics", timeout_s=LOG_END_OFFSET_TIMEOUT_S) as wire:
+            with wire_client(address, client_id="kspec-topics", timeout_s=LOG_END_OFFSET_TIMEOUT_S) as wire:
                 response = wire.request(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
         except (OSError, ValueError):  # unreachable, closed, timed out, or an answer that does not decode
             continue

@@ -61,6 +61,7 @@ class BrokerRegistration:
     port: int
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    listeners: dict[str, tuple[str, int]] = field(default_factory=dict)  # every listener's endpoint, by name
 
 
 @dataclass
@@ -104,7 +105,8 @@ class ControllerState:
             old = self.brokers.get(record["broker_id"])
             assert old is None or record["broker_epoch"] > old.broker_epoch, record
             self.brokers[record["broker_id"]] = BrokerRegistration(
-                record["broker_id"], record["incarnation_id"], record["broker_epoch"], record["host"], record["port"])
+                record["broker_id"], record["incarnation_id"], record["broker_epoch"], record["host"], record["port"],
+                listeners={name: tuple(address) for name, address in record.get("listeners", {}).items()})
         elif kind in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
             broker = self.brokers[record["id"]]
             assert broker.broker_epoch == record["epoch"], (record, broker)
@@ -151,7 +153,8 @@ class ControllerState:
         for broker in self.brokers.values():
             records.append({"type": "RegisterBrokerRecord", "broker_id": broker.broker_id,
                             "incarnation_id": broker.incarnation_id, "broker_epoch": broker.broker_epoch,
-                            "host": broker.host, "port": broker.port})
+                            "host": broker.host, "port": broker.port,
+                            **({"listeners": broker.listeners} if broker.listeners else {})})
             if not broker.fenced:
                 records.append({"type": "UnfenceBrokerRecord", "id": broker.broker_id, "epoch": broker.broker_epoch})
             if broker.in_controlled_shutdown:
@@ -169,15 +172,17 @@ class ControllerState:
     def unfenced_broker_ids(self) -> list[int]:
         return sorted(b.broker_id for b in self.brokers.values() if not b.fenced)
 
-    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int) -> list[dict]:
-        """BrokerRegistration: a new broker epoch for every new incarnation of the broker."""
+    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int,
+                        listeners: dict[str, list] | None = None) -> list[dict]:
+        """BrokerRegistration: a new broker epoch for every new incarnation of the broker; host and
+        port are its first listener's (the one between nodes), `listeners` every listener's."""
         old = self.brokers.get(broker_id)
         if old is not None and old.incarnation_id == incarnation_id:
             return []  # a retried registration
         epoch = 1 + max((b.broker_epoch for b in self.brokers.values()), default=0)
         self.last_heartbeat_ms[broker_id] = now_ms
         records = [{"type": "RegisterBrokerRecord", "broker_id": broker_id, "incarnation_id": incarnation_id,
-                    "broker_epoch": epoch, "host": host, "port": port}]
+                    "broker_epoch": epoch, "host": host, "port": port, **({"listeners": listeners} if listeners else {})}]
         log.info("broker %d registers at %s:%d with broker epoch %d", broker_id, host, port, epoch)
         if old is not None and not old.fenced:
             records = self._fence_records(broker_id) + records  # the old incarnation is gone

@@ -6,6 +6,7 @@ HANDLERS covers exactly the keys advertised in reference/protocol/api_versions.p
 """
 from __future__ import annotations
 
+from reference.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from reference.handlers.api_versions import handle_api_versions
 from reference.handlers.configs import (
     handle_alter_configs,
@@ -42,6 +43,11 @@ from reference.handlers.transactions import (
     handle_list_transactions,
     handle_txn_offset_commit,
     handle_write_txn_markers,
+)
+from reference.handlers.sasl import handle_sasl_authenticate, handle_sasl_handshake
+from reference.handlers.scram_credentials import (
+    handle_alter_user_scram_credentials,
+    handle_describe_user_scram_credentials,
 )
 from reference.handlers.topics import handle_create_partitions, handle_create_topics, handle_delete_topics
 from reference.protocol.api_keys import ApiKey
@@ -84,5 +90,12 @@ HANDLERS = {
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
     ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,  # cluster nodes only: one node has no quorum
     ApiKey.ELECT_LEADERS: handle_elect_leaders,  # cluster nodes only: one node's replicas lead already
+    ApiKey.SASL_HANDSHAKE: handle_sasl_handshake,  # a SASL listener's connections answer it themselves
+    ApiKey.SASL_AUTHENTICATE: handle_sasl_authenticate,
+    ApiKey.DESCRIBE_ACLS: handle_describe_acls,
+    ApiKey.CREATE_ACLS: handle_create_acls,
+    ApiKey.DELETE_ACLS: handle_delete_acls,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
 }
 assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS) | set(CLUSTER_ONLY_API_VERSIONS)

@@ -1,7 +1,10 @@
-"""What every handler receives besides the request body: who asked, which version, when."""
+"""What every handler receives besides the request body: who asked (principal, listener,
+address), which version, when."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from reference.security.principal import ANONYMOUS, KafkaPrincipal
 
 
 @dataclass(frozen=True)
@@ -10,6 +13,9 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     now_ms: int
+    listener: str = ""  # the listener's name, e.g. SASL_SSL
+    principal: KafkaPrincipal = ANONYMOUS  # who asked (TLS certificate or SASL), for the authorizer
+    client_host: str = ""  # the client's IP address, for ACLs with a host
 
 
 class CloseConnection(Exception):

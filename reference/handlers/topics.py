@@ -10,6 +10,7 @@ from collections import Counter
 
 from reference.handlers.configs import describe_topic_configs
 from reference.handlers.context import RequestContext
+from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.node.broker import Broker
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
@@ -86,6 +87,8 @@ def handle_delete_topics(broker: Broker, request, context: RequestContext) -> di
             if name is None:
                 name = broker.topic_name_by_id(topic_id)
             topic = broker.topic(name)
+            if name in INTERNAL_TOPICS:  # the coordinators' state: no client may delete it
+                raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"internal topic {name} cannot be deleted")
             broker.delete_topic(name, context.now_ms)
             response.update(name=name, topic_id=topic.topic_id)
         except KafkaError as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -26,6 +27,8 @@ from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
+from reference.security.authorizer import StandardAuthorizer
+from reference.security.scram import ScramCredential
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
 from reference.storage.atomic import replace_file
@@ -238,6 +241,27 @@ class Broker:
         return {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node_id,
                 "leader_epoch": self.partition(TopicPartition(name, index)).leader_epoch,
                 "replica_nodes": [node_id], "isr_nodes": [node_id], "offline_replicas": []}
+
+    # -- security (reference/security/) -------------------------------------------------
+
+    @functools.cached_property
+    def authorizer(self) -> StandardAuthorizer | None:
+        """authorizer.class.name's authorizer over the ACLs in the metadata image; None when unset."""
+        return StandardAuthorizer.from_properties(self.config.security_properties,
+                                                  lambda: self.image.security.acls.values())
+
+    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        return self.image.security.scram_credentials.get((user, mechanism))
+
+    def listener_endpoints(self, listener: str) -> dict[tuple[str, int], tuple[str, int]]:
+        """This node's first-listener address -> its address on `listener` (reference/security/listeners.py
+        readdress: each listener's clients are told that listener's endpoints)."""
+        by_name = {l.name: l for l in self.config.listeners}
+        return {self.config.listeners[0].advertised: by_name[listener].advertised} if listener in by_name else {}
+
+    def commit_security_records(self, records: list[dict], now_ms: int) -> None:
+        """ACL and SCRAM credential changes, through the metadata log like every metadata change."""
+        self._commit(records, now_ms)
 
     # -- data -------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from reference.node.quorum import DurableRaftNode
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES
 from reference.replication import (
     AlterPartitionRequest,
     EpochEndOffsetRequest,
@@ -67,7 +68,9 @@ from reference.storage.log_dir_failure import LogDirFailureChannel
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
-IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", "ProducerIdsRecord"}
+# Records for the MetadataImage only (ControllerState never sees them), and those for both.
+IMAGE_ONLY_RECORD_TYPES = {"ProducerIdsRecord", *SECURITY_RECORD_TYPES}
+IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", *IMAGE_ONLY_RECORD_TYPES}
 METADATA_REPLAY_FAILED_EXIT_STATUS = 1  # Kafka's ProcessTerminatingFaultHandler halts with 1
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 ALTER_PARTITION_RESEND_MS = 2000  # a proposal nobody answered is sent again (e.g. to a new controller)
@@ -78,7 +81,7 @@ log = logging.getLogger("kspec.cluster")
 def replay(controller: ControllerState, image: MetadataImage, record: dict) -> None:
     """One metadata record into the node's two views; raises when the record contradicts them."""
     kind = record["type"]
-    if kind != "ProducerIdsRecord":
+    if kind not in IMAGE_ONLY_RECORD_TYPES:
         controller.apply(record)
     if kind in IMAGE_RECORD_TYPES:
         image.apply(record)
@@ -248,9 +251,10 @@ class ClusterBroker(Broker):
 
     # ------------------------------------------------------------ controller commands
 
-    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int) -> int:
+    def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int,
+                        listeners: dict[str, list] | None = None) -> int:
         """BrokerRegistration on the active controller; returns the records' count queued."""
-        records = self.controller.register_broker(broker_id, incarnation_id, host, port, now_ms)
+        records = self.controller.register_broker(broker_id, incarnation_id, host, port, now_ms, listeners)
         self._queue(records)
         return len(records)
 
@@ -480,6 +484,18 @@ class ClusterBroker(Broker):
             if replica.role is Role.FOLLOWER:
                 by_leader.setdefault(replica.leader_id, []).append((topic_partition, replica))
         return by_leader
+
+    def commit_security_records(self, records: list[dict], now_ms: int) -> None:
+        """ACL and SCRAM changes on the active controller (CreateAcls, DeleteAcls and
+        AlterUserScramCredentials are forwarded to it): committed like every command's records."""
+        if not self.is_active_controller:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "not the active controller")
+        self._queue(records)
+
+    def listener_endpoints(self, listener: str) -> dict[tuple[str, int], tuple[str, int]]:
+        """Every registered broker's first-listener address -> its address on `listener`."""
+        return {(b.host, b.port): tuple(b.listeners[listener]) for b in self.controller.brokers.values()
+                if listener in b.listeners}
 
     def broker_address(self, broker_id: int) -> tuple[str, int] | None:
         broker = self.controller.brokers.get(broker_id)

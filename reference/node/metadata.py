@@ -4,13 +4,16 @@ by replaying metadata records in order.
 This is the seed of KRaft's metadata log (KIP-500, KIP-631): every change is first written
 as a record to `__cluster_metadata-0`, then applied here; on start the broker replays the
 log. Records are JSON objects named after their KRaft counterparts: TopicRecord,
-PartitionRecord, ConfigRecord, RemoveTopicRecord, ProducerIdsRecord. Sans-IO: no files,
+PartitionRecord, ConfigRecord, RemoveTopicRecord, ProducerIdsRecord, and the security records
+(ACLs and SCRAM credentials, reference/security/records.py). Sans-IO: no files,
 no clock; `apply` is the only way the image changes.
 """
 from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+
+from reference.security import records as security_records
 
 # Config resource types (DescribeConfigs / AlterConfigs ResourceType, KIP-133).
 TOPIC_RESOURCE = 2
@@ -30,6 +33,7 @@ class MetadataImage:
     topics_by_name: dict[str, TopicImage] = field(default_factory=dict)
     topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
     next_producer_id: int = 0  # the first producer id not yet handed out
+    security: security_records.SecurityImage = field(default_factory=security_records.SecurityImage)
 
     def apply(self, record: dict) -> None:
         """Apply one metadata record; the image stays consistent or the record is refused."""
@@ -56,5 +60,7 @@ class MetadataImage:
         elif kind == "ProducerIdsRecord":
             assert record["next_producer_id"] > self.next_producer_id, record
             self.next_producer_id = record["next_producer_id"]
+        elif kind in security_records.RECORD_TYPES:
+            self.security.apply(record)
         else:
             raise ValueError(f"unknown metadata record type {kind!r}")

@@ -3,7 +3,7 @@
 Every version in a range is implemented by a handler in reference/handlers/. Clients send
 min(their max, our max) (research/protocol.md §1), so the maxima follow Apache Kafka 4.3
 and every client gets its preferred version, flexible ones included. APIs that are not
-implemented yet (SASL, share groups, ...) are absent, so clients never send them.
+implemented yet (share groups, delegation tokens, ...) are absent, so clients never send them.
 """
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ SUPPORTED_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    # Security (reference/security/): SASL (KIP-43, KIP-152, KIP-368), ACLs, SCRAM credentials (KIP-554).
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_ACLS: (1, 3),  # v0 removed in Kafka 4.0 (KIP-896)
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 # Served by cluster nodes only (ClusterBroker.api_versions): a single node has no controller quorum,

@@ -54,6 +54,9 @@ from reference.protocol.framing import FrameDecoder, FrameTooLarge
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
+from reference.security.checks import acts_for_the_cluster
+from reference.security.principal import KafkaPrincipal
+from reference.security.session import Session
 from reference.server.purgatory import AcksPurgatory, FetchPurgatory
 from reference.server.server import TICK_INTERVAL_MS, BrokerServer, cancel_and_wait, now_ms, timer_wait_ms
 from reference.server.supervisor import Policy
@@ -78,7 +81,7 @@ REPLICA_FETCH_RESPONSE_MAX_BYTES = 10 * 1024 * 1024  # Kafka's replica.fetch.res
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
-                   ApiKey.ELECT_LEADERS}
+                   ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
 CONTROLLER_ONLY_APIS = {ApiKey.KSPEC_CONTROLLER, *CONTROLLER_CLIENT_APIS}  # all a node not serving clients answers
 
 
@@ -145,6 +148,19 @@ async def _connect(host: str, port: int) -> socket.socket:
         connection.close()
         raise
     return connection
+
+
+def _envelope(session: Session, frame) -> bytes:
+    """A forwarded request with who sent it (Kafka's EnvelopeRequest carries the principal and
+    the client's address, KIP-590): one JSON line, then the request frame."""
+    sender = {"principal": str(session.principal), "client_host": session.client_host}
+    return json.dumps(sender).encode() + b"\n" + bytes(frame)
+
+
+def _open_envelope(payload: bytes, listener) -> tuple[Session, bytes]:
+    sender, _, frame = payload.partition(b"\n")
+    sender = json.loads(sender)
+    return Session(listener, sender["client_host"], KafkaPrincipal.parse(sender["principal"])), frame
 
 
 class ClusterServer(BrokerServer):
@@ -218,19 +234,25 @@ class ClusterServer(BrokerServer):
 
     # ------------------------------------------------------------ requests
 
-    async def _handle(self, frame) -> list | None:
+    async def _handle(self, frame, session: Session) -> list | None:
+        if session.authenticator is not None and session.authenticator.expects_raw_token:  # SaslHandshake v0
+            return await super()._handle(frame, session)
         header, body_offset = parse_request_header(frame)
         api_key = header.api_key
         if not self.broker.serving_clients and api_key not in CONTROLLER_ONLY_APIS:
             await self._until_serving_clients(api_key, header.client_id)
         if api_key == ApiKey.KSPEC_CONTROLLER:
+            if (refusal := session.gate(api_key, now_ms())) is not None:
+                raise CloseConnection(refusal)
+            if not acts_for_the_cluster(self.broker, session.principal, session.client_host):
+                raise CloseConnection(f"{session.principal} may not send the nodes' RPCs (CLUSTER_ACTION)")
             request = decode_request(api_key, header.api_version, frame[body_offset:])
             error, payload = await self._on_internal(request.kind, bytes(request.payload))
             return encode_response_chunks(api_key, header.api_version, header.correlation_id,
                                           {"error_code": error, "payload": payload})
         if api_key in CONTROLLER_APIS and not self._is_transactional_init(header, frame[body_offset:]):
-            return await self._on_controller_api(frame)
-        chunks = await super()._handle(frame)
+            return await self._on_controller_api(frame, session)
+        chunks = await super()._handle(frame, session)
         self._notify()
         return chunks
 
@@ -255,7 +277,7 @@ class ClusterServer(BrokerServer):
         self._notify()  # a follower's fetch may have moved a high watermark
         return response
 
-    async def _on_controller_api(self, frame) -> list | None:
+    async def _on_controller_api(self, frame, session: Session) -> list | None:
         """Admin requests run on the active controller; another node forwards them (KIP-590).
         One that loses the leadership before its records commit is run again on the next
         controller, as Kafka's forwarding retries on NOT_CONTROLLER (its records may still
@@ -264,13 +286,13 @@ class ClusterServer(BrokerServer):
         while asyncio.get_running_loop().time() < deadline:
             if self.broker.is_active_controller:
                 try:
-                    return await self._run_as_controller(frame)
+                    return await self._run_as_controller(frame, session)
                 except KafkaError as e:
                     if e.code != ErrorCode.NOT_CONTROLLER:
                         raise
             elif (controller_id := self.broker.active_controller_id) >= 0:
                 try:
-                    error, payload = await self._call_voter(controller_id, "envelope", bytes(frame))
+                    error, payload = await self._call_voter(controller_id, "envelope", _envelope(session, frame))
                     if error == ErrorCode.NONE:
                         return [payload]
                 except PEER_ERRORS:
@@ -278,14 +300,14 @@ class ClusterServer(BrokerServer):
             await asyncio.sleep(0.1)
         raise CloseConnection("no active controller to forward to")
 
-    async def _run_as_controller(self, frame) -> list | None:
+    async def _run_as_controller(self, frame, session: Session) -> list | None:
         """An admin request on this node as the active controller: decided from the applied
         metadata, answered once its records are committed; NOT_CONTROLLER when it is not."""
         async with self._controller_lock:
             if not self.broker.is_active_controller:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, "not the active controller")
             await self._applied()
-            chunks = await super()._handle(frame)
+            chunks = await super()._handle(frame, session)
             await self._commit(self.broker.take_pending_records())
         return chunks
 
@@ -309,7 +331,8 @@ class ClusterServer(BrokerServer):
             return ErrorCode.NONE, await self._on_raft_message(decode_raft_message(payload))
         if kind == "envelope":
             try:
-                chunks = await self._run_as_controller(payload)
+                session, frame = _open_envelope(payload, self.listeners[0])
+                chunks = await self._run_as_controller(frame, session)
             except KafkaError as e:
                 if e.code != ErrorCode.NOT_CONTROLLER:
                     raise
@@ -328,7 +351,7 @@ class ClusterServer(BrokerServer):
                 await self._applied()
                 if kind == "broker_registration":
                     self.broker.register_broker(request["broker_id"], request["incarnation_id"], request["host"],
-                                                request["port"], now_ms())
+                                                request["port"], now_ms(), request.get("listeners"))
                 elif kind == "broker_heartbeat":
                     self.broker.broker_heartbeat(request["broker_id"], request["broker_epoch"],
                                                  request["want_shutdown"], now_ms())
@@ -493,7 +516,9 @@ class ClusterServer(BrokerServer):
                 if self.broker.broker_epoch < 0:
                     await self._controller_call("broker_registration", {
                         "broker_id": config.node_id, "incarnation_id": self.broker.incarnation_id,
-                        "host": host, "port": port}, self._lifecycle_connections)
+                        "host": host, "port": port,
+                        "listeners": {listener.name: list(listener.advertised) for listener in self.listeners}},
+                        self._lifecycle_connections)
                     await asyncio.sleep(REGISTRATION_RETRY_MS / 1000)
                     continue
                 await self._controller_call("broker_heartbeat", {

@@ -29,9 +29,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import functools
 import inspect
 import logging
 import socket
+import ssl
+import struct
 import time
 
 from reference.handlers import HANDLERS
@@ -50,6 +53,11 @@ from reference.protocol.messages import (
     unsupported_api_versions_response,
 )
 from reference.protocol.primitives import ProtocolDecodeError
+from reference.security.checks import authorize_request
+from reference.security.listeners import Listener, readdress
+from reference.security.principal import ANONYMOUS
+from reference.security.session import SASL_APIS, Session
+from reference.security.tls import PlainChannel, TlsChannel
 from reference.server.limits import ConnectionQuotas
 from reference.server.purgatory import FetchPurgatory
 from reference.server.supervisor import Policy, Supervisor
@@ -62,6 +70,10 @@ CANCEL_RETRY_S = 0.1  # a stopping server cancels a task again if it is still ru
 ACCEPT_ERRORS_SURVIVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED})
 ACCEPT_ERROR_PAUSE_MS = 100
 ACCEPT_ERROR_LOG_INTERVAL_MS = 10_000
+# Answers naming brokers' endpoints, which name the listener the request came in on.
+ENDPOINT_APIS = frozenset({ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER, ApiKey.PRODUCE,
+                           ApiKey.FETCH})
+TLS_HANDSHAKE_TIMEOUT_S = 10.0  # a client that connects to a TLS listener and says nothing is closed after this
 
 
 def now_ms() -> int:
@@ -96,33 +108,44 @@ class BrokerServer:
             f"every log dir has failed (log.dirs={log_dir}): {error}")
         self.quotas = ConnectionQuotas(broker.config.max_connections, broker.config.max_connections_per_ip)
         self._connection_ended = asyncio.Event()
-        self._listener: socket.socket | None = None
+        self.listeners: list[Listener] = []  # bound, with their ports
+        self._sockets: list[socket.socket] = []
         self._serving = False
-        self._acceptor: asyncio.Task | None = None
+        self._acceptors: list[asyncio.Task] = []
         self._connections: set[asyncio.Task] = set()
         self._ticker: asyncio.Task | None = None
 
     async def start(self) -> tuple[str, int]:
-        """Listen, and return the (host, port) bound (port 0 in the config picks a free one)."""
+        """Listen on every listener, and return the (host, port) of the first (port 0 in the
+        config picks a free one)."""
         config = self.broker.config
-        address = (config.listen_host, config.listen_port)
-        family = socket.getaddrinfo(config.listen_host or None, config.listen_port, type=socket.SOCK_STREAM,
-                                    flags=socket.AI_PASSIVE)[0][0]  # an IPv6 listen host works as with IPv4
-        self._listener = socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
-        self._listener.setblocking(False)
-        host, port = self._listener.getsockname()[:2]
+        self.listeners = config.listeners
+        for listener in self.listeners:
+            host = listener.host or "0.0.0.0"
+            family = socket.getaddrinfo(host, listener.port, type=socket.SOCK_STREAM,
+                                        flags=socket.AI_PASSIVE)[0][0]  # an IPv6 listen host works as with IPv4
+            server_socket = socket.create_server((host, listener.port), family=family, backlog=LISTEN_BACKLOG)
+            server_socket.setblocking(False)
+            self._sockets.append(server_socket)
+            listener.port = server_socket.getsockname()[1]
+        host, port = self._sockets[0].getsockname()[:2]
         self.broker.config = dataclasses.replace(config, listen_port=port)
+        vars(self.broker.config)["listeners"] = self.listeners  # the bound ones, not a fresh parse
         self._serving = True
-        self._acceptor = self.supervisor.start("accept", self._accept_forever, Policy.RESTART)
+        self._acceptors = [
+            self.supervisor.start(f"accept {listener.name}", functools.partial(self._accept_forever, server_socket, listener),
+                                  Policy.RESTART)
+            for server_socket, listener in zip(self._sockets, self.listeners)]
         self._ticker = self.supervisor.start("tick", self._tick_forever, Policy.RESTART)
         return host, port
 
     async def stop(self) -> None:
         """Stop accepting, end open connections and long polls, then close the broker's logs."""
-        assert self._listener is not None and self._acceptor is not None and self._ticker is not None
+        assert self._sockets and self._acceptors and self._ticker is not None
         self._serving = False
-        await cancel_and_wait([self._acceptor])
-        self._listener.close()
+        await cancel_and_wait(self._acceptors)
+        for server_socket in self._sockets:
+            server_socket.close()
         self.purgatory.wake_all()
         await cancel_and_wait([*self._connections, self._ticker])
         self.broker.close()
@@ -136,7 +159,7 @@ class BrokerServer:
             tick_transactions(self.broker, now_ms())
             wait_ms = timer_wait_ms(self.broker, now_ms())
 
-    async def _accept_forever(self) -> None:
+    async def _accept_forever(self, server_socket: socket.socket, listener: Listener) -> None:
         loop = asyncio.get_running_loop()
         failed_accepts = 0  # since the last log line about them
         last_logged_ms = -ACCEPT_ERROR_LOG_INTERVAL_MS
@@ -145,7 +168,7 @@ class BrokerServer:
                 self._connection_ended.clear()
                 await self._connection_ended.wait()
             try:
-                connection, address = await loop.sock_accept(self._listener)
+                connection, address = await loop.sock_accept(server_socket)
             except OSError as error:
                 if error.errno not in ACCEPT_ERRORS_SURVIVED:
                     raise
@@ -163,26 +186,33 @@ class BrokerServer:
                          self.quotas.max_connections_per_ip)
                 connection.close()
                 continue
-            task = asyncio.create_task(self._serve(connection, ip))
+            task = asyncio.create_task(self._serve(connection, listener, ip))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, connection: socket.socket, ip: str) -> None:
-        loop = asyncio.get_running_loop()
+    async def _serve(self, connection: socket.socket, listener: Listener, ip: str) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
         idle_s = self.broker.config.connections_max_idle_ms / 1000
         peer = "?"
         try:
-            peer = "%s:%s" % connection.getpeername()[:2]
+            client_host, client_port = connection.getpeername()[:2]
+            peer = f"{client_host}:{client_port} on {listener.name}"
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
-            while received := await asyncio.wait_for(loop.sock_recv_into(connection, decoder.get_buffer()), idle_s):
+            channel, session = await self._open_session(connection, listener, client_host)
+            while received := await asyncio.wait_for(channel.recv_into(decoder.get_buffer()), idle_s):
                 for frame in decoder.buffer_updated(received):
-                    for chunk in await self._handle(frame) or ():
-                        await loop.sock_sendall(connection, chunk)  # sends from the chunk itself, no copy
+                    for chunk in await self._handle(frame, session) or ():
+                        await channel.sendall(chunk)  # sends from the chunk itself, no copy
+                    if session.close_reason:  # e.g. failed authentication, after Kafka's delay
+                        await asyncio.sleep(listener.failed_authentication_delay_ms / 1000)
+                        raise CloseConnection(session.close_reason)
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
+        except ssl.SSLError as e:
+            log.warning("closing connection from %s: TLS handshake failed: %s", peer, e)
         except asyncio.TimeoutError:
-            log.info("closing connection from %s: idle for connections.max.idle.ms=%d", peer,
+            log.info("closing connection from %s: no TLS handshake within %.0f s, or idle for "
+                     "connections.max.idle.ms=%d", peer, TLS_HANDSHAKE_TIMEOUT_S,
                      self.broker.config.connections_max_idle_ms)
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -193,27 +223,60 @@ class BrokerServer:
             self.quotas.release(ip)
             self._connection_ended.set()
 
-    async def _handle(self, frame) -> list | None:
+    async def _open_session(self, connection: socket.socket, listener: Listener, client_host: str):
+        """The connection's channel (TLS on SSL listeners) and its session (principal, SASL)."""
+        principal = ANONYMOUS
+        if listener.ssl_context is None:
+            channel = PlainChannel(connection)
+        else:
+            channel = TlsChannel(connection, listener.ssl_context)
+            await asyncio.wait_for(channel.handshake(), TLS_HANDSHAKE_TIMEOUT_S)
+            subject = channel.peer_subject()
+            if subject is not None and not listener.uses_sasl:  # mTLS: the certificate names the client
+                try:
+                    principal = listener.principal_mapper.principal(subject)
+                except ValueError as e:
+                    raise CloseConnection(str(e)) from None
+        return channel, Session.open(listener, client_host, principal, self.broker.scram_credential)
+
+    async def _handle(self, frame, session: Session) -> list | None:
         """One request frame -> the response frame's chunks, or None when none is sent."""
+        if session.authenticator is not None and session.authenticator.expects_raw_token:  # SaslHandshake v0
+            reply = session.raw_token(bytes(frame), now_ms())
+            if reply is None:
+                raise CloseConnection(session.close_reason)
+            return [struct.pack(">i", len(reply)) + reply]
         header, body_offset = parse_request_header(frame)
         api_key, version = header.api_key, header.api_version
+        if refusal := session.gate(api_key, now_ms()):
+            raise CloseConnection(f"{refusal} (client {header.client_id!r})")
         if not is_supported(api_key, version, self.broker.api_versions()):
             if api_key == ApiKey.API_VERSIONS:
                 return [unsupported_api_versions_response(header.correlation_id,
                                                           SUPPORTED_API_VERSIONS[ApiKey.API_VERSIONS])]
             raise CloseConnection(f"{ApiKey(api_key).name} v{version} is not supported (client {header.client_id!r})")
         request = decode_request(api_key, version, frame[body_offset:])
-        context = RequestContext(version, header.correlation_id, header.client_id, now_ms())
-        if api_key == ApiKey.FETCH:
-            response = await self._fetch(request, context)
+        context = RequestContext(version, header.correlation_id, header.client_id, now_ms(),
+                                 listener=session.listener.name, principal=session.principal,
+                                 client_host=session.client_host)
+        verdict = authorize_request(self.broker, api_key, request, context)  # may take refused items out
+        if api_key in SASL_APIS and session.authenticator is not None:
+            response = session.sasl_request(api_key, version, request, context.now_ms)
+        elif verdict.refused is not None:
+            response = verdict.refused
+        elif api_key == ApiKey.FETCH:
+            response = verdict.complete(await self._fetch(request, context))
         else:
             response = HANDLERS[api_key](self.broker, request, context)
             if inspect.isawaitable(response):  # JoinGroup and SyncGroup wait for their rebalance phase
                 response = await response
+            response = verdict.complete(response)
             self.purgatory.notify(self.broker.appended)
             self.broker.appended.clear()
         if response is None:
             return None
+        if session.listener is not self.listeners[0] and api_key in ENDPOINT_APIS:
+            readdress(response, self.broker.listener_endpoints(session.listener.name))
         return encode_response_chunks(api_key, version, header.correlation_id, response)
 
     async def _fetch(self, request, context: RequestContext) -> dict:

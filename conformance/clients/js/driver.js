@@ -7,9 +7,12 @@
 //     -> one line per message: {"partition": p, "offset": o}
 //   {"op": "consume", "brokers": [...], "topic": "t", "group": "g", "count": N, "timeoutMs": 60000}
 //     -> one line per message: {"partition", "offset", "key", "value", "headers", "timestamp"}
+// Either job may carry "connection": {"ssl": {"ca": path, "cert": path, "key": path},
+// "sasl": {"mechanism": "plain|scram-sha-256|scram-sha-512", "username", "password"}}.
 // kafkajs ships gzip only; snappy, lz4 and zstd are registered below from small pure-JS packages.
 'use strict'
 
+const fs = require('fs')
 const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
 const SnappyCodec = require('kafkajs-snappy')
 const lz4 = require('lz4js')
@@ -85,11 +88,25 @@ async function consume(kafka, job) {
   await consumer.disconnect()
 }
 
+// kafkajs's ssl option takes PEM contents, not file names.
+function connectionOptions (connection) {
+  const options = {}
+  if (connection.ssl) {
+    options.ssl = {}
+    for (const key of ['ca', 'cert', 'key']) {
+      if (connection.ssl[key]) options.ssl[key] = fs.readFileSync(connection.ssl[key], 'utf-8')
+    }
+  }
+  if (connection.sasl) options.sasl = connection.sasl
+  return options
+}
+
 async function main() {
   const chunks = []
   for await (const chunk of process.stdin) chunks.push(chunk)
   const job = JSON.parse(Buffer.concat(chunks).toString())
-  const kafka = new Kafka({ clientId: 'kspec-kafkajs', brokers: job.brokers, logLevel: logLevel.ERROR })
+  const kafka = new Kafka({ clientId: 'kspec-kafkajs', brokers: job.brokers, logLevel: logLevel.ERROR,
+    ...connectionOptions(job.connection || {}) })
   if (job.op === 'produce') await produce(kafka, job)
   else if (job.op === 'consume') await consume(kafka, job)
   else throw new Error(`unknown op ${job.op}`)
