@@ -133,8 +133,8 @@ class BrokerServer:
         vars(self.broker.config)["listeners"] = self.listeners  # the bound ones, not a fresh parse
         self._serving = True
         self._acceptors = [
-            self.supervisor.start(f"accept {listener.name}", functools.partial(self._accept_forever, server_socket, listener),
-                                  Policy.RESTART)
+            self.supervisor.start(f"accept {listener.name}",
+                                  functools.partial(self._accept_forever, server_socket, listener), Policy.RESTART)
             for server_socket, listener in zip(self._sockets, self.listeners)]
         self._ticker = self.supervisor.start("tick", self._tick_forever, Policy.RESTART)
         return host, port
