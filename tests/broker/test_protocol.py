@@ -46,7 +46,7 @@ def test_unsupported_api_versions_version_gets_the_v0_body(client):
     assert (correlation_id, body.error_code) == (77, ErrorCode.UNSUPPORTED_VERSION)
 
 
-@pytest.mark.parametrize("api_key, version", [(ApiKey.PRODUCE, 2), (ApiKey.FETCH, 3), (ApiKey.FIND_COORDINATOR, 0),
+@pytest.mark.parametrize("api_key, version", [(ApiKey.PRODUCE, 2), (ApiKey.FETCH, 3), (ApiKey.FIND_COORDINATOR, 7),
                                               (1000, 0)])
 def test_unsupported_requests_close_only_that_connection(broker, client, api_key, version):
     client.send_raw(_frame(struct.pack(">hhih", api_key, version, 1, 1) + b"x" + b"\x00" * 16))
