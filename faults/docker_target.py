@@ -32,16 +32,16 @@ Any broker image is described by a TOML file:
     environment = { KAFKA_NODE_ID = "{node_id}", KAFKA_CONTROLLER_QUORUM_VOTERS = "{voters}" }
     data_dir = "/var/lib/kafka/data"       # bind-mounted from the run folder's node-<i>/
     voter_port = 9093                      # the port {voters} names (default: port)
-    ready_timeout_s = 60                   # up = its port accepts TCP connections
+    ready_timeout_s = 60
 
 Placeholders in command and environment: {host} (the node's address), {port}, {node_id}
 (1..N), {hosts} (every node's host:port, comma-separated), {voters} (1@host:voter_port,...),
-{data_dir}.
+{data_dir}. A node is up once its port accepts TCP connections inside its namespace.
 """
 from __future__ import annotations
 
-import socket
 import subprocess
+import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -56,6 +56,7 @@ LABEL = "org.kspec.faults.run"   # on every container and network a run makes: t
 MODE = "docker"
 CONTAINER_PORT = 9092
 LOG_TAIL_LINES = 20
+READY_PROBE_INTERVAL_S = 0.2
 ENGINE_TIMEOUT_S = 60            # the docker SDK's HTTP timeout
 TOML_KEYS = {"name", "image", "port", "command", "environment", "data_dir", "voter_port", "ready_timeout_s"}
 
@@ -199,11 +200,9 @@ class ContainerNode:
         while time.monotonic() < deadline:
             if not self.running:
                 raise TargetError(f"container {self.container.name} exited: {self._log_tail()}")
-            try:
-                socket.create_connection((self.address, self.port), timeout=TCP_PROBE_TIMEOUT_S).close()
+            if self._accepts_connections():
                 return self.bootstrap
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(READY_PROBE_INTERVAL_S)
         self.kill()
         raise TargetError(f"container {self.container.name} not up within {self.ready_timeout_s} s: {self._log_tail()}")
 
@@ -235,6 +234,14 @@ class ContainerNode:
 
     def save_log(self) -> None:
         self.log_path.write_bytes(self.container.logs(stdout=True, stderr=True))
+
+    def _accepts_connections(self) -> bool:
+        """Whether its port accepts a TCP connection, asked from inside its own namespace: a node
+        restarted while cut off from the host is up once it listens, not once it is healed."""
+        probe = (f"import socket; socket.create_connection(('{self.address}', {self.port}), "
+                 f"timeout={TCP_PROBE_TIMEOUT_S}).close()")
+        command = ["nsenter", f"--net=/proc/{self.pid}/ns/net", sys.executable, "-c", probe]
+        return subprocess.run(command, capture_output=True, timeout=net.COMMAND_TIMEOUT_S).returncode == 0
 
     def _state(self) -> dict:
         self.container.reload()
