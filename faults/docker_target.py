@@ -36,12 +36,11 @@ Any broker image is described by a TOML file:
 
 Placeholders in command and environment: {host} (the node's address), {port}, {node_id}
 (1..N), {hosts} (every node's host:port, comma-separated), {voters} (1@host:voter_port,...),
-{data_dir}. A node is up once its port accepts TCP connections inside its namespace.
+{data_dir}. A node is up once a socket listens on its port inside its namespace.
 """
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -49,14 +48,14 @@ from pathlib import Path
 
 from faults import image as reference_image
 from faults import net
-from faults.targets import (READY_TIMEOUT_S, STOP_TIMEOUT_S, TCP_PROBE_TIMEOUT_S, Target, TargetError,
-                            reference_overrides)
+from faults.targets import READY_TIMEOUT_S, STOP_TIMEOUT_S, Target, TargetError, reference_overrides
 
 LABEL = "org.kspec.faults.run"   # on every container and network a run makes: the run's name
 MODE = "docker"
 CONTAINER_PORT = 9092
 LOG_TAIL_LINES = 20
-READY_PROBE_INTERVAL_S = 0.2
+READY_PROBE_INTERVAL_S = 0.1
+TCP_LISTEN = "0A"                # the LISTEN state in /proc/net/tcp
 ENGINE_TIMEOUT_S = 60            # the docker SDK's HTTP timeout
 TOML_KEYS = {"name", "image", "port", "command", "environment", "data_dir", "voter_port", "ready_timeout_s"}
 
@@ -193,14 +192,20 @@ class ContainerNode:
         self.index = index
 
     def start(self) -> str:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
         assert not self.running, "already running"
         self.container.start()
         self.network.attach(self.index, self.pid)
+
+    def wait_ready(self) -> str:
         deadline = time.monotonic() + self.ready_timeout_s
         while time.monotonic() < deadline:
             if not self.running:
                 raise TargetError(f"container {self.container.name} exited: {self._log_tail()}")
-            if self._accepts_connections():
+            if self._listening():
                 return self.bootstrap
             time.sleep(READY_PROBE_INTERVAL_S)
         self.kill()
@@ -235,13 +240,20 @@ class ContainerNode:
     def save_log(self) -> None:
         self.log_path.write_bytes(self.container.logs(stdout=True, stderr=True))
 
-    def _accepts_connections(self) -> bool:
-        """Whether its port accepts a TCP connection, asked from inside its own namespace: a node
-        restarted while cut off from the host is up once it listens, not once it is healed."""
-        probe = (f"import socket; socket.create_connection(('{self.address}', {self.port}), "
-                 f"timeout={TCP_PROBE_TIMEOUT_S}).close()")
-        command = ["nsenter", f"--net=/proc/{self.pid}/ns/net", sys.executable, "-c", probe]
-        return subprocess.run(command, capture_output=True, timeout=net.COMMAND_TIMEOUT_S).returncode == 0
+    def _listening(self) -> bool:
+        """Whether a socket listens on its port in its own namespace (the kernel's socket table,
+        /proc/PID/net/tcp{,6}): a node restarted while cut off from the host is up once it
+        listens, not once it is healed."""
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{self.pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                return False
+            for line in lines:
+                local_address, state = line.split()[1], line.split()[3]
+                if state == TCP_LISTEN and int(local_address.rsplit(":", 1)[1], 16) == self.port:
+                    return True
+        return False
 
     def _state(self) -> dict:
         self.container.reload()
@@ -258,6 +270,13 @@ class DockerTarget(Target):
 
     def __post_init__(self) -> None:
         assert self.mode == MODE and isinstance(self.network, DockerNetwork) and self.toxiproxy is None
+
+    def start(self) -> None:
+        """Every container at once, then wait for each (they form their quorum together)."""
+        for node in self.nodes:
+            node.launch()
+        for node in self.nodes:
+            node.wait_ready()
 
     def pause(self, index: int) -> None:
         self.nodes[index].pause()

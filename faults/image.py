@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import io
+import os
 import re
 import subprocess
 import sys
@@ -50,7 +51,7 @@ class ImageError(RuntimeError):
     pass
 
 
-def files() -> dict[str, Path]:
+def files(with_shared_libraries: bool = True) -> dict[str, Path]:
     """Every file of the root filesystem: its path in the image -> the host file it copies."""
     chosen: dict[str, Path] = {}
     base = Path(sys.base_prefix)
@@ -67,16 +68,21 @@ def files() -> dict[str, Path]:
                 chosen[f"{APP_DIR}/{entry}"] = source
     for package in PROJECT_PACKAGES:
         _add_tree(chosen, PROJECT_ROOT / package, f"{APP_DIR}/{package}", {"__pycache__", "node_modules"})
-    for path in _shared_libraries([source for source in chosen.values() if _is_elf(source)]):
-        chosen[path] = Path(path).resolve()
+    if with_shared_libraries:
+        for path in _shared_libraries([source for source in chosen.values() if _is_elf(source)]):
+            chosen[path] = Path(path).resolve()
     return chosen
 
 
 def image_name() -> str:
-    """kspec-reference:<hash of every file's image path and content>; the same sources give the same name."""
+    """kspec-reference:<hash>, of the project's sources by content and of the interpreter and
+    dependencies by path, size and modification time (the shared libraries follow from them):
+    the same sources give the same name, in about a second."""
     digest = hashlib.sha256()
-    for path, source in sorted(files().items()):
-        digest.update(path.encode() + b"\0" + source.read_bytes())
+    for path, source in sorted(files(with_shared_libraries=False).items()):
+        stat = source.stat()
+        identity = source.read_bytes() if source.is_relative_to(PROJECT_ROOT) else f"{stat.st_size} {stat.st_mtime_ns}".encode()
+        digest.update(path.encode() + b"\0" + identity)
     return f"{REPOSITORY}:{digest.hexdigest()[:12]}"
 
 
@@ -118,13 +124,14 @@ def build(client) -> str:
 
 
 def _add_tree(chosen: dict[str, Path], root: Path, target: str, left_out: set[str]) -> None:
-    for source in root.rglob("*"):
-        relative = source.relative_to(root)
-        if left_out & set(relative.parts) or source.is_symlink() or not source.is_file():
-            continue
-        if source.suffix in SKIPPED_SUFFIXES:
-            continue
-        chosen[f"{target}/{relative}"] = source
+    """Every regular file under root, but in folders named in left_out, and no symlinks or SKIPPED_SUFFIXES."""
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [name for name in subfolders if name not in left_out]
+        relative = Path(folder).relative_to(root)
+        for name in names:
+            source = Path(folder, name)
+            if not name.endswith(SKIPPED_SUFFIXES) and not source.is_symlink():
+                chosen[f"{target}/{relative / name}".replace("/./", "/")] = source
 
 
 def _runtime_distributions() -> list[importlib.metadata.Distribution]:
