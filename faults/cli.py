@@ -64,6 +64,8 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
+    if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
+        raise click.UsageError("containers' faults go through their Docker network: drop --network and the link nemesis")
     options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
                          interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
