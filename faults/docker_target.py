@@ -62,8 +62,11 @@ TOML_KEYS = {"name", "image", "port", "command", "environment", "data_dir", "vot
 
 def engine():
     """A docker SDK client of the local engine, or TargetError saying why there is none."""
-    import docker
-    import docker.errors
+    try:
+        import docker
+        import docker.errors
+    except ImportError:
+        raise TargetError("the docker SDK is not installed: pip install 'kspec[docker]'") from None
     try:
         client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
         client.ping()
