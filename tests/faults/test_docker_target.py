@@ -169,7 +169,7 @@ def test_an_image_the_engine_does_not_have_is_one_line_and_exit_1(engine, tmp_pa
 def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_nothing(
         engine, reference_image_name, tmp_path):
     """kspec check reads the whole history and every guarantee holds, but for one anomaly of
-    ORD-3 that is tolerated here: in 1 of the first 7 such runs a consumer assigned to a
+    ORD-3 that is tolerated here: in 1 of the first 8 such runs a consumer assigned to a
     partition polled records it had read already (nonmonotonic-poll). The containers run the
     same broker and clients as netns mode; whether netns runs show it too is not measured
     (their tests do not run the checker), so it is the broker's finding, not this target's."""
