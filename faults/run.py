@@ -124,14 +124,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
     with contextlib.ExitStack() as cleanup:
         _log_clients_to(out_dir / CLIENTS_LOG_FILE, cleanup)
         network, toxiproxy = None, None
-        if container_spec is not None:
-            cleanup.callback(lambda: state_path.exists() and net.clean_state_file(state_path))
-        elif mode == "netns":
+        if mode == "netns":
             network = net.Network(f"ksf{os.getpid() % 100000}", options.nodes)
             cleanup.callback(network.destroy)
             network.create()
         else:
-            toxiproxy = _toxiproxy(cleanup)
+            if mode == "proxy":
+                toxiproxy = _toxiproxy(cleanup)
             cleanup.callback(lambda: state_path.exists() and net.clean_state_file(state_path))
         if container_spec is not None:
             target = _docker_target(container_spec, options, out_dir, cleanup)
