@@ -17,7 +17,11 @@ def faults() -> None:
 
 @faults.command()
 @click.option("--target", default="reference", show_default=True,
-              help="'reference' (kspec's broker) or a TOML file describing how to start any broker.")
+              help="'reference' (kspec's broker), 'docker' (kspec's broker in containers) or a TOML file "
+                   "describing how to start any broker (with an 'image' key: in containers).")
+@click.option("--image", default=None,
+              help="Containers' image (--target docker or a TOML with an image); default: the reference "
+                   "image of these sources, built on first use.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
 @click.option("--nemesis", default="partition,kill,pause", show_default=True,
               help="Comma-separated fault packages: partition, kill, pause, link; 'none' for none.")
@@ -39,13 +43,14 @@ def faults() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
-def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
+def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
         txn: bool, seed: int, out_dir: Path) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
 
+    from faults.image import ImageError
     from faults.nemesis import PACKAGES
     from faults.run import RunError, RunOptions, run as run_faults
     from faults.targets import TargetError
@@ -57,7 +62,11 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
         raise click.UsageError(f"unknown nemesis {', '.join(sorted(unknown))}; choose from {', '.join(PACKAGES)}")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
-    options = RunOptions(target=target, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
+    if image is not None and target == "reference":
+        raise click.UsageError("--image is for containers: add --target docker")
+    if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
+        raise click.UsageError("containers' faults go through their Docker network: drop --network and the link nemesis")
+    options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
                          interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -67,7 +76,7 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
             result = run_faults(options, out_dir, progress=lambda status: live.update(_status_line(status)))
         if not console.is_terminal:  # Live leaves its last line open when writing to a file or pipe
             console.line()
-    except (RunError, TargetError) as e:
+    except (RunError, TargetError, ImageError) as e:
         raise click.ClickException(str(e)) from None
     except KeyboardInterrupt:
         console.print("interrupted: nodes stopped, network and proxies removed")
@@ -103,8 +112,26 @@ def _fault_summary(value: dict) -> str:
 
 @faults.command()
 def clean() -> None:
-    """Remove namespaces, links and processes that crashed runs left behind."""
-    removed = net.clean_all()
+    """Remove namespaces, links, host iptables chains, processes, containers and networks that crashed runs left."""
+    from faults import docker_target
+    removed = net.clean_all() + docker_target.clean()
     for item in removed:
         click.echo(f"removed {item}")
     click.echo(f"{len(removed)} leftovers removed" if removed else "nothing to clean")
+
+
+@faults.group()
+def image() -> None:
+    """The reference broker's container image (built locally, no registry)."""
+
+
+@image.command()
+def build() -> None:
+    """Build the reference image of these sources (reused when present) and print its name."""
+    from faults import docker_target, image as reference_image
+    from faults.targets import TargetError
+    try:
+        client = docker_target.engine()
+        click.echo(reference_image.ensure(client))
+    except (TargetError, reference_image.ImageError) as e:
+        raise click.ClickException(str(e)) from None

@@ -204,7 +204,7 @@ class Nemesis:
         else:
             grudge = majorities_ring(self.nodes, self.rng)
         self.target.partition(grudge)
-        return {"variant": variant, "mode": "netns",
+        return {"variant": variant, "mode": self.target.mode,
                 "grudge": {str(n): sorted(peers) for n, peers in sorted(grudge.items())}}
 
     def _stop_partition(self) -> dict:

@@ -14,7 +14,16 @@ get no default route: their packets can reach the bridge subnet and nothing else
 A partition is real packet loss, as Jepsen makes it: iptables DROP rules on INPUT inside
 the receiving node's namespace, from the sources it holds a grudge against. The rules
 live in a chain of our own per namespace, so healing is flushing that chain, and
-deleting a namespace takes its rules with it: nothing is ever added to the host's tables.
+deleting a namespace takes its rules with it.
+
+The host's firewall: where br_netfilter is loaded (bridge-nf-call-iptables=1, as Docker
+sets it), frames between two ports of the bridge pass the host's iptables FORWARD chain,
+and Docker also sets FORWARD's policy to DROP, so the nodes could not reach each other.
+The network adds exactly one rule to the host, ACCEPT for traffic in and out of its own
+bridge, in a chain of its own (`KSPEC-<name>`) jumped to from the top of DOCKER-USER
+when that chain exists (where Docker wants its users' rules: evaluated before its own)
+or else from the top of FORWARD. It never changes a policy; teardown and `clean_all`
+remove the jump and the chain.
 
 Cleanup survives a crash of the harness: before making anything, the intent is written
 to a state file under STATE_DIR; `clean_all()` (`kspec faults clean`) kills what runs in
@@ -31,6 +40,7 @@ from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("KSPEC_FAULTS_STATE_DIR", "/run/kspec-faults"))
 CHAIN = "KSPEC-PARTITION"
+DOCKER_USER_CHAIN = "DOCKER-USER"   # Docker's chain for its users' FORWARD rules, evaluated before its own
 FIRST_NODE_HOST = 10         # node i gets host number FIRST_NODE_HOST + i in the subnet
 NODES_MAX = 200
 NAME_CHARS_MAX = 8           # interface names are at most 15 bytes: "<name>-br", "<name>-v199"
@@ -119,12 +129,18 @@ class Network:
         self.subnet = pick_subnet()
         prefix = self.subnet.prefixlen
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        forward_chain = f"KSPEC-{self.name}"
+        forward_parent = DOCKER_USER_CHAIN if _chain_exists(DOCKER_USER_CHAIN) else "FORWARD"
         self.state_path.write_text(json.dumps({
             "bridge": self.bridge, "subnet": str(self.subnet),
             "namespaces": [self.namespace(i) for i in range(self.nodes)],
             "veths": [self.veth(i) for i in range(self.nodes)],
+            "forward_chain": forward_chain, "forward_parent": forward_parent,
         }))
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["iptables", "-w", "-N", forward_chain])
+        _run(["iptables", "-w", "-A", forward_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"])
+        _run(["iptables", "-w", "-I", forward_parent, "1", "-j", forward_chain])
         _run(["ip", "addr", "add", f"{self.host_address}/{prefix}", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         for node in range(self.nodes):
@@ -200,6 +216,8 @@ def clean_state_file(path: Path) -> list[str]:
             _kill(int(pid))
         _run(["ip", "netns", "del", ns], check=False)
         removed.append(f"namespace {ns}")
+    if "forward_chain" in state:
+        removed += _remove_forward_chain(state["forward_chain"], state["forward_parent"])
     links = _links()
     for link in [*state.get("veths", []), state.get("bridge")]:
         if link in links:
@@ -217,10 +235,26 @@ def clean_all(state_dir: Path = STATE_DIR) -> list[str]:
 
 
 def leftovers(name: str) -> list[str]:
-    """Namespaces and links of that network name that still exist (empty after a clean teardown)."""
+    """Namespaces, links and host iptables chains of that network name that still exist (empty after a clean teardown)."""
     ns = [n for n in _namespaces() if n.startswith(f"{name}-")]
     links = [link for link in _links() if link.startswith(f"{name}-")]
-    return ns + links
+    chains = [f"iptables chain {c}" for c in [f"KSPEC-{name}"] if _chain_exists(c)]
+    return ns + links + chains
+
+
+def _chain_exists(chain: str) -> bool:
+    return _run(["iptables", "-w", "-S", chain], check=False).returncode == 0
+
+
+def _remove_forward_chain(chain: str, parent: str) -> list[str]:
+    """Delete the jump to chain from parent (every copy) and the chain itself; what was removed."""
+    if not _chain_exists(chain):
+        return []
+    while _run(["iptables", "-w", "-D", parent, "-j", chain], check=False).returncode == 0:
+        pass
+    _run(["iptables", "-w", "-F", chain], check=False)
+    _run(["iptables", "-w", "-X", chain], check=False)
+    return [f"iptables chain {chain} (jumped to from {parent})"]
 
 
 def _start_ticks(pid: int) -> int | None:

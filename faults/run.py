@@ -21,12 +21,13 @@ import logging
 import os
 import random
 import time
+import tomllib
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from faults import net
+from faults import docker_target, net
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
@@ -44,7 +45,8 @@ RESULTS_FILE = "results.json"  # what happened in the run
 
 @dataclass(frozen=True)
 class RunOptions:
-    target: str = "reference"            # "reference" or the path of a TOML target file
+    target: str = "reference"            # "reference", "docker" or the path of a TOML target file
+    image: str | None = None             # containers' image (docker targets): None is the reference image
     nodes: int = 1
     nemeses: tuple[str, ...] = ("partition", "kill", "pause")
     time_limit_s: float = 60.0
@@ -59,6 +61,7 @@ class RunOptions:
         unknown = set(self.nemeses) - set(PACKAGES)
         assert not unknown, f"unknown nemeses {sorted(unknown)}; known: {', '.join(PACKAGES)}"
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
+        assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RunError(f"{out_dir} is not empty; give a new folder for the results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    mode, mode_reason = choose_mode(options.network, options.nemeses)
+    container_spec = _container_spec(options)
+    if container_spec is not None:
+        mode, mode_reason = docker_target.MODE, "containers on a bridge network of their own"
+        if options.network != "auto" or "link" in options.nemeses:
+            raise RunError("containers' faults go through the Docker network: leave --network auto, no link nemesis")
+    else:
+        mode, mode_reason = choose_mode(options.network, options.nemeses)
     rng = random.Random(options.seed)
     state_path = net.STATE_DIR / f"ksf{os.getpid() % 100000}.json"
     with contextlib.ExitStack() as cleanup:
@@ -120,9 +129,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             cleanup.callback(network.destroy)
             network.create()
         else:
-            toxiproxy = _toxiproxy(cleanup)
+            if mode == "proxy":
+                toxiproxy = _toxiproxy(cleanup)
             cleanup.callback(lambda: state_path.exists() and net.clean_state_file(state_path))
-        target = _target(options, out_dir, mode, network, toxiproxy)
+        if container_spec is not None:
+            target = _docker_target(container_spec, options, out_dir, cleanup)
+        else:
+            target = _target(options, out_dir, mode, network, toxiproxy)
         cleanup.callback(target.stop)
         target.start()
         target.wait_until_serving()
@@ -204,6 +217,31 @@ def _toxiproxy(cleanup: contextlib.ExitStack) -> ToxiproxyClient:
     client = ToxiproxyClient(url)
     cleanup.callback(lambda: [client.delete_proxy(name) for name in client.proxies() if name.startswith("kspec-")])
     return client
+
+
+def _container_spec(options: RunOptions) -> docker_target.ContainerSpec | None:
+    """How to run the nodes as containers, when the target is containers: docker, or a TOML with an image."""
+    if options.target == "docker":
+        return docker_target.reference_spec(options.nodes, options.image)
+    path = Path(options.target)
+    if path.suffix == ".toml" and path.exists():
+        with open(path, "rb") as f:
+            if "image" in tomllib.load(f):
+                return docker_target.spec_from_toml(path, options.image)
+    if options.image is not None:
+        raise RunError("--image is for containers: --target docker, or a TOML description with an 'image' key")
+    return None
+
+
+def _docker_target(spec: docker_target.ContainerSpec, options: RunOptions, out_dir: Path,
+                   cleanup: contextlib.ExitStack) -> Target:
+    """Containers made in the engine; removed, with their network, however the run ends."""
+    client = docker_target.engine()
+    run_name = f"ksf{os.getpid() % 100000}"
+    cleanup.callback(docker_target.clean_run, client, run_name)
+    target = docker_target.docker_target(spec, options.nodes, out_dir, run_name, client)
+    cleanup.callback(target.save_logs)
+    return target
 
 
 def _target(options: RunOptions, out_dir: Path, mode: str, network, toxiproxy) -> Target:

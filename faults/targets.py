@@ -27,8 +27,8 @@ Two kinds of target:
   {advertised_host} (address to advertise to clients), {port}, {node_id}, {data_dir},
   {run_dir}.
 
-A Docker target (the docker SDK against an engine) is not here: this machine type has no
-Docker engine, and a target that cannot run would be untested code.
+Brokers in containers (a TOML with an `image` key, or `--target docker`) are
+faults/docker_target.py's DockerTarget, a Target whose nodes are containers.
 """
 from __future__ import annotations
 
@@ -315,6 +315,14 @@ FAULT_RUN_TIMEOUTS = {
 NO_AUTO_CREATE = {"auto.create.topics.enable": "false"}
 
 
+def reference_overrides(nodes: int, voters: str) -> dict[str, str]:
+    """The reference nodes' settings in a fault run; voters is controller.quorum.voters (id@host:port,...)."""
+    if nodes == 1:
+        return dict(NO_AUTO_CREATE)
+    return {**NO_AUTO_CREATE, "controller.quorum.voters": voters, "default.replication.factor": str(min(nodes, 3)),
+            "min.insync.replicas": str(min(nodes, 2)), **FAULT_RUN_TIMEOUTS}
+
+
 def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | None = None,
                      toxiproxy: ToxiproxyClient | None = None, overrides: dict[str, str] | None = None) -> Target:
     """The kspec reference broker, one `kspec broker` process per node.
@@ -325,16 +333,12 @@ def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | No
     spots = placements(nodes, mode, network, None)
     if toxiproxy is not None:
         create_proxies(toxiproxy, spots)
-    cluster = {}
-    if nodes > 1:
-        cluster = {"controller.quorum.voters": ",".join(f"{i + 1}@{s.host}:{s.port}" for i, s in enumerate(spots)),
-                   "default.replication.factor": str(min(nodes, 3)), "min.insync.replicas": str(min(nodes, 2)),
-                   **FAULT_RUN_TIMEOUTS}
+    cluster = reference_overrides(nodes, ",".join(f"{i + 1}@{s.host}:{s.port}" for i, s in enumerate(spots)))
     broker_nodes = []
     for index, spot in enumerate(spots):
-        node_overrides = {"advertised.host.name": spot.advertised_host, **NO_AUTO_CREATE, **cluster, **(overrides or {})}
+        node_overrides = {"advertised.host.name": spot.advertised_host, **cluster, **(overrides or {})}
         broker_nodes.append(ReferenceNode(str(run_dir / f"node-{index}"), listen=f"{spot.host}:{spot.port}",
-                                          node_id=index + 1 if cluster else 0, overrides=node_overrides,
+                                          node_id=index + 1 if nodes > 1 else 0, overrides=node_overrides,
                                           stderr_path=str(run_dir / f"node-{index}.log"), wrap=spot.wrap))
     return Target("reference", broker_nodes, mode, network, toxiproxy)
 

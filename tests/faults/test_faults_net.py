@@ -53,10 +53,12 @@ def test_clean_all_removes_namespaces_links_and_processes_of_a_crashed_harness(n
         sleeper_pid = int(harness.stdout.readline())
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-        assert sorted(net.leftovers(name)) == sorted([f"{name}-n0", f"{name}-n1", f"{name}-v0", f"{name}-v1", f"{name}-br"])
+        assert sorted(net.leftovers(name)) == sorted([f"{name}-n0", f"{name}-n1", f"{name}-v0", f"{name}-v1", f"{name}-br",
+                                                      f"iptables chain KSPEC-{name}"])
     finally:
         removed = net.clean_all(state_dir)
     assert f"namespace {name}-n0" in removed and f"link {name}-br" in removed
+    assert any(item.startswith(f"iptables chain KSPEC-{name} ") for item in removed), removed
     assert net.leftovers(name) == []
     assert not list(state_dir.glob("*.json"))
     assert wait_until(lambda: not os.path.exists(f"/proc/{sleeper_pid}") or
