@@ -23,13 +23,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use (kcat as a client, iproute2/iptables for network
-# namespaces, a JRE for Spark). Installed only when missing and when run as root.
+# namespaces, a JRE for Spark, fuse3 and faketime for the power, io and clock nemeses). Installed only when missing and when run as root.
 system-packages:
 	@missing=""; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v iptables >/dev/null || missing="$$missing iptables"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \

@@ -37,11 +37,13 @@ def faults() -> None:
               default="read_committed", show_default=True)
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
+@click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
-        txn: bool, seed: int, out_dir: Path) -> None:
+        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -58,7 +60,8 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
     options = RunOptions(target=target, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
-                         interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
+                         interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed,
+                         broker_properties=broker_properties(properties), workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)
@@ -79,6 +82,24 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     for failure in result.workload_failures:
         console.print(f"[red]workload: {failure}[/red]")
     click.echo(str(out_dir / "history.parquet"))
+
+
+def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:
+    """--set KEY=VALUE pairs, checked as a reference broker checks its properties."""
+    from reference.config import BrokerConfig
+    from reference.protocol.errors import KafkaError
+    from reference.storage.config import LogConfig
+    properties = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--set {setting!r} is not KEY=VALUE; write e.g. --set log.flush.interval.messages=1")
+        properties[key.strip()] = value.strip()
+    try:
+        LogConfig.from_properties(BrokerConfig.from_properties(properties).topic_defaults())
+    except (ValueError, KafkaError) as e:
+        raise click.UsageError(f"--set: {e}; see the Kafka broker property names in reference/config.py") from None
+    return properties
 
 
 def _interrupt(signal_number: int, frame) -> None:

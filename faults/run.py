@@ -53,6 +53,7 @@ class RunOptions:
     final_read_timeout_s: float = 30.0
     network: str = "auto"                # auto, netns or proxy
     seed: int = 0
+    broker_properties: dict[str, str] = field(default_factory=dict)  # --set: Kafka properties for the reference nodes
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
 
     def __post_init__(self) -> None:
@@ -208,8 +209,10 @@ def _toxiproxy(cleanup: contextlib.ExitStack) -> ToxiproxyClient:
 
 def _target(options: RunOptions, out_dir: Path, mode: str, network, toxiproxy) -> Target:
     if options.target == "reference":
-        return reference_target(options.nodes, out_dir, mode, network, toxiproxy)
+        return reference_target(options.nodes, out_dir, mode, network, toxiproxy, options.broker_properties)
     path = Path(options.target)
+    if options.broker_properties:
+        raise TargetError("--set passes properties to the reference nodes; a TOML target sets its own in 'start'")
     if path.suffix != ".toml" or not path.exists():
         raise TargetError(f"--target is 'reference' or an existing .toml file, not {options.target!r}")
     return toml_target(path, out_dir, mode, network, toxiproxy)
