@@ -20,7 +20,8 @@ def faults() -> None:
               help="'reference' (kspec's broker) or a TOML file describing how to start any broker.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
 @click.option("--nemesis", default="partition,kill,pause", show_default=True,
-              help="Comma-separated fault packages: partition, kill, pause, link; 'none' for none.")
+              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock; 'none' for none. "
+                   "PACKAGE:VARIANT holds kill, pause or power to one variant, e.g. power:all (one, leader, minority, all).")
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
               help="Seconds of workload under faults.")
 @click.option("--rate", "rate_hz", type=float, default=200.0, show_default=True, help="Target ops per second.")
@@ -48,18 +49,14 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     from rich.console import Console
     from rich.live import Live
 
-    from faults.nemesis import PACKAGES
     from faults.run import RunError, RunOptions, run as run_faults
     from faults.targets import TargetError
     from faults.workload import WorkloadOptions
 
-    packages = tuple(p.strip() for p in nemesis.split(",") if p.strip() and p.strip() != "none")
-    unknown = set(packages) - set(PACKAGES)
-    if unknown:
-        raise click.UsageError(f"unknown nemesis {', '.join(sorted(unknown))}; choose from {', '.join(PACKAGES)}")
+    packages, variants = parse_nemeses(nemesis)
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
-    options = RunOptions(target=target, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
+    options = RunOptions(target=target, nodes=nodes, nemeses=packages, nemesis_variants=variants, time_limit_s=time_limit_s,
                          interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed,
                          broker_properties=broker_properties(properties), workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
@@ -78,10 +75,30 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.completions.items()))
     console.print(f"network: {result.mode} ({result.mode_reason})")
     console.print(f"{counts}; {result.ops_per_s:.0f} ops/s in the main phase; final reads "
-                  f"{'complete' if result.final_reads_complete else 'INCOMPLETE'}")
+                  f"{'complete' if result.final_reads_complete else 'INCOMPLETE'}"
+                  + (f"; {result.acked_missing} acked values missing from them" if result.acked_missing else ""))
     for failure in result.workload_failures:
         console.print(f"[red]workload: {failure}[/red]")
     click.echo(str(out_dir / "history.parquet"))
+
+
+def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """`partition,power:all` -> the packages, and the one variant a package is held to."""
+    from faults.nemesis import PACKAGES, VARIANTS
+    packages, variants = [], {}
+    for item in (word.strip() for word in nemesis.split(",")):
+        if not item or item == "none":
+            continue
+        package, _, variant = item.partition(":")
+        if package not in PACKAGES:
+            raise click.UsageError(f"unknown nemesis {package!r}; choose from {', '.join(PACKAGES)}")
+        if variant and variant not in VARIANTS.get(package, ()):
+            raise click.UsageError(f"--nemesis {item}: {package} has no variant {variant!r}; "
+                                   f"choose from {', '.join(VARIANTS.get(package, ())) or 'none (no variants to pick)'}")
+        packages.append(package)
+        if variant:
+            variants[package] = variant
+    return tuple(packages), variants
 
 
 def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:
@@ -124,8 +141,57 @@ def _fault_summary(value: dict) -> str:
 
 @faults.command()
 def clean() -> None:
-    """Remove namespaces, links and processes that crashed runs left behind."""
-    removed = net.clean_all()
+    """Remove namespaces, links, processes, FUSE and tmpfs mounts and faketime files that crashed runs left behind."""
+    from faults import clock, disk
+    removed = net.clean_all() + disk.clean_all() + clock.clean_all()
     for item in removed:
         click.echo(f"removed {item}")
     click.echo(f"{len(removed)} leftovers removed" if removed else "nothing to clean")
+
+
+@faults.command()
+@click.option("--runs", type=click.IntRange(min=1), required=True, help="How many runs, each checked.")
+@click.option("--nodes", type=int, default=3, show_default=True, help="Nodes of the reference target.")
+@click.option("--nemesis", default="mix", show_default=True,
+              help="'mix' (each run draws 1-3 of partition, kill, pause, power, disk, io, clock) or a list as for run.")
+@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+              help="Seconds of workload under faults, per run.")
+@click.option("--rate", "rate_hz", type=float, default=100.0, show_default=True, help="Target ops per second.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Worker threads.")
+@click.option("--interval", "interval_s", type=float, default=8.0, show_default=True,
+              help="Mean seconds between a fault package's starts and heals.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka broker property for every reference node; repeatable.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of run 0; run i uses seed + i.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder (new or empty) for run-<i>/ folders, summary.json and summary.md.")
+def soak(runs: int, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
+         interval_s: float, acks: str, properties: tuple[str, ...], seed: int, out_dir: Path) -> None:
+    """Run and check many fault runs; write one summary table."""
+    from faults import soak as soaking
+    from faults.run import RunOptions
+    from faults.workload import WorkloadOptions
+
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"--out {out_dir} is not empty; give a new folder for the soak")
+    packages, variants = ((), {}) if nemesis == soaking.MIX else parse_nemeses(nemesis)
+    workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks,
+                               replication_factor=min(nodes, 3))
+    base = RunOptions(nodes=nodes, nemeses=packages, nemesis_variants=variants, time_limit_s=time_limit_s,
+                      interval_s=interval_s, seed=seed, broker_properties=broker_properties(properties),
+                      workload=workload)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    def report(summary) -> None:
+        violated = ", ".join(f"{g} ({n})" for g, n in sorted(summary.violated.items()))
+        click.echo(f"run {summary.run} [{','.join(summary.nemeses)}]: {summary.ops} ops, {summary.dropped_bytes} "
+                   f"bytes dropped, {summary.verdict}" + (f" {violated}" if violated else "")
+                   + (f" {summary.error}" if summary.error else ""), err=True)
+
+    try:
+        soaking.soak(base, runs, nemesis == soaking.MIX, out_dir, report)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the runs so far are in the summary", err=True)
+        sys.exit(130)
+    click.echo((out_dir / "summary.md").read_text())

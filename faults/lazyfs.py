@@ -17,7 +17,7 @@ cut no kernel cache serves bytes that are gone.
 
 Commands, one JSON object a line on stdin, each answered by one JSON line on stdout:
 
-    {"op": "cut"}                                       -> {"dropped_bytes": N, "files": K}
+    {"op": "cut"}                                       -> {"dropped_bytes": N, "files": {path: bytes}}
     {"op": "fail", "glob": "*.log", "calls": ["write"]} -> {"failing": [...]}   matching calls fail with EIO
     {"op": "heal"}                                      -> {"failed_calls": N}  no more failures
     {"op": "stats"}                                     -> {"unsynced_bytes": N, "files": K}
@@ -72,9 +72,9 @@ class LazyOperations(mfusepy.Operations):
 
     def cut(self) -> dict:
         with self._mutex:
-            dropped = {"dropped_bytes": sum(f.unsynced_bytes() for f in self.dirty.values()), "files": len(self.dirty)}
+            files = {path: dirty.unsynced_bytes() for path, dirty in sorted(self.dirty.items())}
             self.dirty.clear()
-        return dropped
+        return {"dropped_bytes": sum(files.values()), "files": files}
 
     def fail(self, glob: str, calls: list[str]) -> dict:
         assert set(calls) <= set(CALLS), calls

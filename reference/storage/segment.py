@@ -7,6 +7,7 @@ handles open; older ones open their log file for the length of a read.
 """
 from __future__ import annotations
 
+import errno
 import os
 from typing import Iterator
 
@@ -116,8 +117,15 @@ class LogSegment:
         if self._append_fd is None:
             self._append_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         position = self.size_bytes
-        written = os.write(self._append_fd, batch.buffer)
-        assert written == batch.size_bytes, (written, batch.size_bytes)
+        try:
+            written = os.write(self._append_fd, batch.buffer)
+            if written != batch.size_bytes:  # a full disk can take part of a batch
+                raise OSError(errno.ENOSPC, f"{self.log_path}: wrote {written} of {batch.size_bytes} bytes")
+        except OSError:
+            # A failed write leaves no torn batch behind: the next append, once the disk is
+            # mended, starts where the last whole batch ended, where the index says it does.
+            os.ftruncate(self._append_fd, position)
+            raise
         self._index_batch(batch, position)
 
     def _index_batch(self, batch: Batch, position: int) -> None:
