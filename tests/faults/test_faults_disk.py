@@ -9,6 +9,7 @@ import pytest
 
 from broker_helpers import broker_on, produce, read_all
 from faults.disk import NodeDisk
+from reference.process import BrokerNotReady
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="tmpfs and FUSE mounts need root")
 VALUE_BYTES = 2000  # whole pages per few records: a full tmpfs refuses them (a partial page would take small ones)
@@ -59,3 +60,28 @@ def test_segment_writes_failing_with_eio_fail_sends_and_after_heal_the_broker_se
         assert "Input/output error" in (tmp_path / "broker.log").read_text()
     finally:
         node_disk.unmount()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(shutil.which("fusermount3") is None, reason="the FUSE layer needs fusermount3 (Debian: fuse3)")
+def test_a_broker_restarted_on_failing_index_files_stops_with_one_clear_line_and_serves_after_heal(tmp_path):
+    node_disk = NodeDisk(tmp_path, 0, lazy=True, tmpfs_bytes=None, state_path=tmp_path / "disks.json")
+    node_disk.mount()
+    broker = broker_on(node_disk, tmp_path)
+    try:
+        broker.start()
+        acked, _ = produce(broker.bootstrap, range(0, 50))
+        broker.kill()  # no clean shutdown: the restart rebuilds the indexes
+        node_disk.command(op="fail", glob="*index", calls=["read", "write", "fsync"])
+        with pytest.raises(BrokerNotReady):
+            broker.start()
+        assert broker.process.returncode == 1
+        assert "ERROR kspec.broker: Shutdown broker because all log dirs in" in (tmp_path / "broker.log").read_text()
+        node_disk.command(op="heal")
+        broker.start()
+        values, errors = read_all(broker.bootstrap)
+    finally:
+        if broker.process is not None:
+            broker.kill()
+        node_disk.unmount()
+    assert not errors and values == sorted(acked) and len(acked) == 50
