@@ -28,7 +28,7 @@ from pathlib import Path
 from faults import net
 
 STATE_SUBDIR = "disks"
-TMPFS_BYTES_DEFAULT = 256 * 1024 * 1024
+TMPFS_BYTES_DEFAULT = 64 * 1024 * 1024  # a 60 s run writes under 1 MiB per node; a fill takes this much RAM
 FILLER_FILE = "kspec-filler"
 MOUNT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 20.0
