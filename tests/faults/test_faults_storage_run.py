@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from faults import clock, net
+from faults import clock, disk, net
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
 
@@ -38,4 +38,6 @@ def test_a_run_under_power_disk_io_and_clock_faults_with_flush_per_message_loses
     assert all(set(cut["dropped_bytes"]) == {"0"} for cut in cuts)
     assert not os.path.ismount(out_dir / "node-0") and (out_dir / "node-0" / "meta.properties").exists()
     assert not (out_dir / "node-0.disk").exists()
-    assert not list((net.STATE_DIR / "disks").glob("*.json")) and not list((net.STATE_DIR / "faketime").glob("*"))
+    run_name = f"ksf{os.getpid() % 100000}"  # faults/run.py names a run's state after its process
+    assert not disk.state_path(run_name).exists()
+    assert not list((net.STATE_DIR / clock.STATE_SUBDIR).glob(f"{run_name}-*"))
