@@ -1,4 +1,4 @@
-"""`kspec faults run` (a fault-injection run with a live progress line) and `kspec faults clean`."""
+"""`kspec faults run` (a fault-injection run with a live progress line), `kspec faults soak` and `kspec faults clean`."""
 from __future__ import annotations
 
 import signal
@@ -12,7 +12,7 @@ from faults import net
 
 @click.group()
 def faults() -> None:
-    """Fault injection: partitions, kills and pauses while a recorded workload runs."""
+    """Fault injection: partitions, kills, pauses, power cuts, disk faults and clock skew under a recorded workload."""
 
 
 @faults.command()
@@ -20,8 +20,9 @@ def faults() -> None:
               help="'reference' (kspec's broker) or a TOML file describing how to start any broker.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
 @click.option("--nemesis", default="partition,kill,pause", show_default=True,
-              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock; 'none' for none. "
-                   "PACKAGE:VARIANT holds kill, pause or power to one variant, e.g. power:all (one, leader, minority, all).")
+              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock; "
+                   "'none' for none. PACKAGE:VARIANT holds kill, pause or power to one variant, "
+                   "e.g. power:all (one, leader, minority, all).")
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
               help="Seconds of workload under faults.")
 @click.option("--rate", "rate_hz", type=float, default=200.0, show_default=True, help="Target ops per second.")
@@ -56,9 +57,9 @@ def run(target: str, nodes: int, nemesis: str, time_limit_s: float, rate_hz: flo
     packages, variants = parse_nemeses(nemesis)
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
-    options = RunOptions(target=target, nodes=nodes, nemeses=packages, nemesis_variants=variants, time_limit_s=time_limit_s,
-                         interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed,
-                         broker_properties=broker_properties(properties), workload=workload)
+    options = RunOptions(target=target, nodes=nodes, nemeses=packages, nemesis_variants=variants,
+                         time_limit_s=time_limit_s, interval_s=interval_s, quiet_s=quiet_s, network=network,
+                         seed=seed, broker_properties=broker_properties(properties), workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)
@@ -93,8 +94,8 @@ def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:
         if package not in PACKAGES:
             raise click.UsageError(f"unknown nemesis {package!r}; choose from {', '.join(PACKAGES)}")
         if variant and variant not in VARIANTS.get(package, ()):
-            raise click.UsageError(f"--nemesis {item}: {package} has no variant {variant!r}; "
-                                   f"choose from {', '.join(VARIANTS.get(package, ())) or 'none (no variants to pick)'}")
+            choices = ", ".join(VARIANTS.get(package, ())) or "none (it has no variants)"
+            raise click.UsageError(f"--nemesis {item}: {package} has no variant {variant!r}; choose from {choices}")
         packages.append(package)
         if variant:
             variants[package] = variant
@@ -110,7 +111,8 @@ def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:
     for setting in settings:
         key, sep, value = setting.partition("=")
         if not sep or not key.strip():
-            raise click.UsageError(f"--set {setting!r} is not KEY=VALUE; write e.g. --set log.flush.interval.messages=1")
+            raise click.UsageError(f"--set {setting!r} is not KEY=VALUE; "
+                                   "write e.g. --set log.flush.interval.messages=1")
         properties[key.strip()] = value.strip()
     try:
         LogConfig.from_properties(BrokerConfig.from_properties(properties).topic_defaults())

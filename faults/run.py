@@ -239,7 +239,8 @@ def _target(options: RunOptions, out_dir: Path, mode: str, network, toxiproxy) -
     return toml_target(path, out_dir, mode, network, toxiproxy)
 
 
-def _disks(options: RunOptions, nodes: int, out_dir: Path, run_name: str, cleanup: contextlib.ExitStack) -> list[disk.NodeDisk] | None:
+def _disks(options: RunOptions, nodes: int, out_dir: Path, run_name: str,
+           cleanup: contextlib.ExitStack) -> list[disk.NodeDisk] | None:
     """Each node's data dir on the FUSE layer (power, io) and/or a small tmpfs (disk), mounted now."""
     if not set(options.nemeses) & set(STORAGE_PACKAGES):
         return None
@@ -258,7 +259,8 @@ def _disks(options: RunOptions, nodes: int, out_dir: Path, run_name: str, cleanu
     return disks
 
 
-def _clocks(options: RunOptions, target: Target, run_name: str, cleanup: contextlib.ExitStack) -> list[clock.NodeClock] | None:
+def _clocks(options: RunOptions, target: Target, run_name: str,
+            cleanup: contextlib.ExitStack) -> list[clock.NodeClock] | None:
     """With the clock nemesis, every node starts under libfaketime with an offset file of its own."""
     if "clock" not in options.nemeses:
         return None

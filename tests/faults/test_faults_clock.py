@@ -42,7 +42,8 @@ def test_log_append_time_follows_the_nodes_clock_as_it_moves_forwards_and_backwa
     node_clock.create()
     broker = ReferenceNode(str(tmp_path / "node-0"), listen="127.0.0.1:0", node_id=0,
                            overrides={"log.message.timestamp.type": "LogAppendTime"},
-                           stderr_path=str(tmp_path / "broker.log"), wrap=lambda command: clock.wrap(node_clock, command))
+                           stderr_path=str(tmp_path / "broker.log"),
+                           wrap=lambda command: clock.wrap(node_clock, command))
     try:
         node_clock.set_offset(3 * 3600)
         broker.start()
