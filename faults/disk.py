@@ -84,7 +84,8 @@ class NodeDisk:
         free_bytes = st.f_bavail * st.f_frsize
         fd = os.open(self.tmpfs_dir / FILLER_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            os.posix_fallocate(fd, 0, free_bytes) if free_bytes else None
+            if free_bytes:
+                os.posix_fallocate(fd, 0, free_bytes)
         finally:
             os.close(fd)
         return {"filled_bytes": free_bytes}
