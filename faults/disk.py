@@ -100,10 +100,18 @@ class NodeDisk:
         """Unmount everything and leave the node's data in a plain node-i/ folder."""
         if self.lazy:
             if os.path.ismount(self.data_dir):
-                _run(["fusermount3", "-u", str(self.data_dir)], check=False)
+                done = _run(["fusermount3", "-u", str(self.data_dir)], check=False)
+                if done.returncode != 0:  # busy: detached now, gone once the last open file is closed
+                    with open(self.log_path, "a") as log:
+                        log.write(f"fusermount3 -u: {done.stderr.strip()}; unmounting lazily\n")
+                    _run(["fusermount3", "-u", "-z", str(self.data_dir)], check=False)
             if self.lazyfs is not None:
                 self.lazyfs.stdin.close()
-                self.lazyfs.wait(COMMAND_TIMEOUT_S)
+                try:
+                    self.lazyfs.wait(COMMAND_TIMEOUT_S)
+                except subprocess.TimeoutExpired:  # still serving a file someone holds open: the run is over
+                    self.lazyfs.kill()
+                    self.lazyfs.wait()
                 self.lazyfs.stdout.close()
         if self.tmpfs_bytes is not None and os.path.ismount(self.tmpfs_dir):
             (self.tmpfs_dir / FILLER_FILE).unlink(missing_ok=True)
