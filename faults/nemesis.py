@@ -172,8 +172,8 @@ class Nemesis:
         self.killed: set[int] = set()
         self.paused: set[int] = set()
         self.cut: set[int] = set()  # power off: only the power package brings them back
-        self.disk_node: int | None = None  # the node whose disk is full, or whose files fail
-        self.io_node: int | None = None
+        self.disk_node: int | None = None  # the node whose disk is full
+        self.io_node: int | None = None    # the node whose chosen files fail
         self.active: dict[str, dict] = {}  # package -> what its start did (for the progress line)
 
     def apply(self, action: str, package: str) -> dict:
