@@ -23,8 +23,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests use (kcat as a client, iproute2/iptables for network
-# namespaces, a JRE for Spark, docker.io for the fault harness's Docker target).
-# Installed only when missing and when run as root.
+# namespaces, a JRE for Spark, docker.io for the fault harness's Docker target, fuse3 and
+# faketime for the power, io and clock nemeses). Installed only when missing and when run as root.
 system-packages:
 	@missing=""; \
 	command -v kcat >/dev/null || missing="$$missing kcat"; \
@@ -32,6 +32,8 @@ system-packages:
 	command -v iptables >/dev/null || missing="$$missing iptables"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	command -v fusermount3 >/dev/null || missing="$$missing fuse3"; \
+	command -v faketime >/dev/null || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \

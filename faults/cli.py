@@ -1,4 +1,4 @@
-"""`kspec faults run` (a fault-injection run with a live progress line) and `kspec faults clean`."""
+"""`kspec faults run` (a fault-injection run with a live progress line), `kspec faults soak` and `kspec faults clean`."""
 from __future__ import annotations
 
 import signal
@@ -12,7 +12,7 @@ from faults import net
 
 @click.group()
 def faults() -> None:
-    """Fault injection: partitions, kills and pauses while a recorded workload runs."""
+    """Fault injection: partitions, kills, pauses, power cuts, disk faults and clock skew under a recorded workload."""
 
 
 @faults.command()
@@ -24,7 +24,9 @@ def faults() -> None:
                    "image of these sources, built on first use.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
 @click.option("--nemesis", default="partition,kill,pause", show_default=True,
-              help="Comma-separated fault packages: partition, kill, pause, link; 'none' for none.")
+              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock; "
+                   "'none' for none. PACKAGE:VARIANT holds kill, pause or power to one variant, "
+                   "e.g. power:all (one, leader, minority, all).")
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
               help="Seconds of workload under faults.")
 @click.option("--rate", "rate_hz", type=float, default=200.0, show_default=True, help="Target ops per second.")
@@ -41,33 +43,35 @@ def faults() -> None:
               default="read_committed", show_default=True)
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
+@click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
-        txn: bool, seed: int, out_dir: Path) -> None:
+        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
 
     from faults.image import ImageError
-    from faults.nemesis import PACKAGES
     from faults.run import RunError, RunOptions, run as run_faults
     from faults.targets import TargetError
     from faults.workload import WorkloadOptions
 
-    packages = tuple(p.strip() for p in nemesis.split(",") if p.strip() and p.strip() != "none")
-    unknown = set(packages) - set(PACKAGES)
-    if unknown:
-        raise click.UsageError(f"unknown nemesis {', '.join(sorted(unknown))}; choose from {', '.join(PACKAGES)}")
+    packages, variants = parse_nemeses(nemesis)
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
         raise click.UsageError("containers' faults go through their Docker network: drop --network and the link nemesis")
-    options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, time_limit_s=time_limit_s,
-                         interval_s=interval_s, quiet_s=quiet_s, network=network, seed=seed, workload=workload)
+    if target == "docker" and set(packages) & {"power", "disk", "io", "clock"}:
+        raise click.UsageError("the power, disk, io and clock nemeses mount and preload on the host's nodes: "
+                               "run them without --target docker")
+    options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, nemesis_variants=variants,
+                         time_limit_s=time_limit_s, interval_s=interval_s, quiet_s=quiet_s, network=network,
+                         seed=seed, broker_properties=broker_properties(properties), workload=workload)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)
@@ -84,10 +88,49 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     counts = ", ".join(f"{n} {kind}" for kind, n in sorted(result.completions.items()))
     console.print(f"network: {result.mode} ({result.mode_reason})")
     console.print(f"{counts}; {result.ops_per_s:.0f} ops/s in the main phase; final reads "
-                  f"{'complete' if result.final_reads_complete else 'INCOMPLETE'}")
+                  f"{'complete' if result.final_reads_complete else 'INCOMPLETE'}"
+                  + (f"; {result.acked_missing} acked values missing from them" if result.acked_missing else ""))
     for failure in result.workload_failures:
         console.print(f"[red]workload: {failure}[/red]")
     click.echo(str(out_dir / "history.parquet"))
+
+
+def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """`partition,power:all` -> the packages, and the one variant a package is held to."""
+    from faults.nemesis import PACKAGES, VARIANTS
+    packages, variants = [], {}
+    for item in (word.strip() for word in nemesis.split(",")):
+        if not item or item == "none":
+            continue
+        package, _, variant = item.partition(":")
+        if package not in PACKAGES:
+            raise click.UsageError(f"unknown nemesis {package!r}; choose from {', '.join(PACKAGES)}")
+        if variant and variant not in VARIANTS.get(package, ()):
+            choices = ", ".join(VARIANTS.get(package, ())) or "none (it has no variants)"
+            raise click.UsageError(f"--nemesis {item}: {package} has no variant {variant!r}; choose from {choices}")
+        packages.append(package)
+        if variant:
+            variants[package] = variant
+    return tuple(packages), variants
+
+
+def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:
+    """--set KEY=VALUE pairs, checked as a reference broker checks its properties."""
+    from reference.config import BrokerConfig
+    from reference.protocol.errors import KafkaError
+    from reference.storage.config import LogConfig
+    properties = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--set {setting!r} is not KEY=VALUE; "
+                                   "write e.g. --set log.flush.interval.messages=1")
+        properties[key.strip()] = value.strip()
+    try:
+        LogConfig.from_properties(BrokerConfig.from_properties(properties).topic_defaults())
+    except (ValueError, KafkaError) as e:
+        raise click.UsageError(f"--set: {e}; see the Kafka broker property names in reference/config.py") from None
+    return properties
 
 
 def _interrupt(signal_number: int, frame) -> None:
@@ -112,9 +155,10 @@ def _fault_summary(value: dict) -> str:
 
 @faults.command()
 def clean() -> None:
-    """Remove namespaces, links, host iptables chains, processes, containers and networks that crashed runs left."""
-    from faults import docker_target
-    removed = net.clean_all() + docker_target.clean()
+    """Remove namespaces, links, host iptables chains, processes, containers, networks, FUSE and tmpfs
+    mounts and faketime files that crashed runs left behind."""
+    from faults import clock, disk, docker_target
+    removed = net.clean_all() + docker_target.clean() + disk.clean_all() + clock.clean_all()
     for item in removed:
         click.echo(f"removed {item}")
     click.echo(f"{len(removed)} leftovers removed" if removed else "nothing to clean")
@@ -135,3 +179,51 @@ def build() -> None:
         click.echo(reference_image.ensure(client))
     except (TargetError, reference_image.ImageError) as e:
         raise click.ClickException(str(e)) from None
+
+
+@faults.command()
+@click.option("--runs", type=click.IntRange(min=1), required=True, help="How many runs, each checked.")
+@click.option("--nodes", type=int, default=3, show_default=True, help="Nodes of the reference target.")
+@click.option("--nemesis", default="mix", show_default=True,
+              help="'mix' (each run draws 1-3 of partition, kill, pause, power, disk, io, clock) or a list as for run.")
+@click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,
+              help="Seconds of workload under faults, per run.")
+@click.option("--rate", "rate_hz", type=float, default=100.0, show_default=True, help="Target ops per second.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Worker threads.")
+@click.option("--interval", "interval_s", type=float, default=8.0, show_default=True,
+              help="Mean seconds between a fault package's starts and heals.")
+@click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
+@click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
+              help="A Kafka broker property for every reference node; repeatable.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of run 0; run i uses seed + i.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder (new or empty) for run-<i>/ folders, summary.json and summary.md.")
+def soak(runs: int, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
+         interval_s: float, acks: str, properties: tuple[str, ...], seed: int, out_dir: Path) -> None:
+    """Run and check many fault runs; write one summary table."""
+    from faults import soak as soaking
+    from faults.run import RunOptions
+    from faults.workload import WorkloadOptions
+
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise click.UsageError(f"--out {out_dir} is not empty; give a new folder for the soak")
+    packages, variants = ((), {}) if nemesis == soaking.MIX else parse_nemeses(nemesis)
+    workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks,
+                               replication_factor=min(nodes, 3))
+    base = RunOptions(nodes=nodes, nemeses=packages, nemesis_variants=variants, time_limit_s=time_limit_s,
+                      interval_s=interval_s, seed=seed, broker_properties=broker_properties(properties),
+                      workload=workload)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+    def report(summary) -> None:
+        violated = ", ".join(f"{g} ({n})" for g, n in sorted(summary.violated.items()))
+        click.echo(f"run {summary.run} [{','.join(summary.nemeses)}]: {summary.ops} ops, {summary.dropped_bytes} "
+                   f"bytes dropped, {summary.verdict}" + (f" {violated}" if violated else "")
+                   + (f" {summary.error}" if summary.error else ""), err=True)
+
+    try:
+        soaking.soak(base, runs, nemesis == soaking.MIX, out_dir, report)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the runs so far are in the summary", err=True)
+        sys.exit(130)
+    click.echo((out_dir / "summary.md").read_text())

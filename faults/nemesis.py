@@ -14,6 +14,10 @@ Packages and their variants, each start choosing one variant at random:
 | kill | kill -9 a random node, a partition leader, or the controller | restart every killed node |
 | pause | SIGSTOP a random node or a partition leader | SIGCONT |
 | link | a Toxiproxy toxic (latency, jitter, bandwidth, timeout, reset_peer, slicer) on a random node's link (proxy mode) | remove every toxic |
+| power | cut the power of one node, a partition leader, a minority, or all nodes at once: kill -9, then every write not fsynced is dropped (faults/lazyfs.py); the bytes dropped per node are recorded | restart every cut node |
+| disk | fill a random node's data disk (a small tmpfs, faults/disk.py) to the last byte | free it; restart the node if it stopped |
+| io | reads, writes or fsyncs of a random node's segments, indexes, checkpoints or all files fail with EIO (faults/lazyfs.py) | heal; restart the node if it stopped |
+| clock | move a random node's wall clock by seconds to hours, forwards or backwards (libfaketime, faults/clock.py) | set it right (another jump) |
 
 A grudge maps a node to the set of nodes whose packets it drops (faults/net.py).
 """
@@ -24,15 +28,23 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faults.clock import NodeClock
+from faults.disk import NodeDisk
 from faults.net import HOST
 from faults.recorder import Recorder
 from faults.targets import Target, proxy_name
 from spec.history import NEMESIS_PROCESS, topic_partition
 
-PACKAGES = ("partition", "kill", "pause", "link")
+PACKAGES = ("partition", "kill", "pause", "link", "power", "disk", "io", "clock")
+STORAGE_PACKAGES = ("power", "disk", "io")  # need the node's data dir on faults/disk.py's stack
 PARTITION_VARIANTS = ("one", "leader", "halves", "majorities-ring", "bridge")
 KILL_VARIANTS = ("random", "leader", "controller")
 PAUSE_VARIANTS = ("random", "leader")
+POWER_VARIANTS = ("one", "leader", "minority", "all")
+IO_FILES = {"segments": "*.log", "indexes": "*index", "checkpoints": "*checkpoint*", "all": "*"}
+IO_CALLS = (("read",), ("write",), ("fsync",), ("read", "write", "fsync"))
+VARIANTS = {"kill": KILL_VARIANTS, "pause": PAUSE_VARIANTS, "power": POWER_VARIANTS}  # `--nemesis power:all` picks one
+CLOCK_OFFSETS_S = (5, 30, 90, 600, 3600, 3 * 3600)  # seconds to hours, each either way
 LINK_TOXICS = {
     "latency": {"latency": 200},
     "jitter": {"latency": 50, "jitter": 50},
@@ -146,14 +158,22 @@ class Schedule:
 class Nemesis:
     """Carries out flips on a target (from one thread); records each in the history and the timeline."""
 
-    def __init__(self, target: Target, recorder: Recorder, timeline_path: Path, rng: random.Random) -> None:
+    def __init__(self, target: Target, recorder: Recorder, timeline_path: Path, rng: random.Random,
+                 disks: list[NodeDisk] | None = None, clocks: list[NodeClock] | None = None,
+                 variants: dict[str, str] | None = None) -> None:
         self.target = target
+        self.variants = dict(variants or {})  # package -> the one variant its starts use
+        self.disks = disks
+        self.clocks = clocks
         self.recorder = recorder
         self.timeline = open(timeline_path, "a", buffering=1)  # one JSON line per flip, flushed
         self.rng = rng
         self.nodes = list(range(len(target.nodes)))
         self.killed: set[int] = set()
         self.paused: set[int] = set()
+        self.cut: set[int] = set()  # power off: only the power package brings them back
+        self.disk_node: int | None = None  # the node whose disk is full
+        self.io_node: int | None = None    # the node whose chosen files fail
         self.active: dict[str, dict] = {}  # package -> what its start did (for the progress line)
 
     def apply(self, action: str, package: str) -> dict:
@@ -175,8 +195,11 @@ class Nemesis:
     def close(self) -> None:
         self.timeline.close()
 
+    def _variant(self, package: str) -> str:
+        return self.variants.get(package) or self.rng.choice(VARIANTS[package])
+
     def _victim(self, variant: str) -> int:
-        candidates = [n for n in self.nodes if n not in self.killed and n not in self.paused]
+        candidates = [n for n in self.nodes if n not in self.killed | self.paused | self.cut]
         chosen = None
         if variant == "leader":
             chosen = self.target.leader_of(*topic_partition(LEADER_KEY))
@@ -212,21 +235,21 @@ class Nemesis:
         return {"healed": True}
 
     def _start_kill(self) -> dict:
-        variant = self.rng.choice(KILL_VARIANTS)
+        variant = self._variant("kill")
         node = self._victim(variant)
         self.target.kill(node)
         self.killed.add(node)
         return {"variant": variant, "node": node}
 
     def _stop_kill(self) -> dict:
-        restarted = sorted(self.killed)
+        restarted = sorted(self.killed - self.cut)
         for node in restarted:
             self.target.restart(node)
         self.killed.clear()
         return {"restarted": restarted}
 
     def _start_pause(self) -> dict:
-        variant = self.rng.choice(PAUSE_VARIANTS)
+        variant = self._variant("pause")
         node = self._victim(variant)
         self.target.pause(node)
         self.paused.add(node)
@@ -257,3 +280,69 @@ class Nemesis:
                     self.target.toxiproxy.remove_toxic(proxy_name(node), toxic["name"])
                     removed.append({"node": node, "toxic": toxic["name"]})
         return {"removed": removed}
+
+    def _start_power(self) -> dict:
+        variant = self._variant("power")
+        live = [n for n in self.nodes if n not in self.cut]
+        if variant == "all":
+            victims = live
+        elif variant == "minority":
+            victims = self.rng.sample(live, min(len(live), max(1, (len(self.nodes) - 1) // 2)))
+        else:
+            victims = [self._victim("leader" if variant == "leader" else "random")]
+        for node in victims:  # every victim dies before any page is dropped: one cut for all
+            self.target.kill(node)
+        self.cut |= set(victims)
+        cuts = {str(node): self.disks[node].command(op="cut") for node in victims}
+        return {"variant": variant, "nodes": sorted(victims),
+                "dropped_bytes": {node: cut["dropped_bytes"] for node, cut in cuts.items()},
+                "dropped_files": {node: cut["files"] for node, cut in cuts.items()}}
+
+    def _stop_power(self) -> dict:
+        restarted = sorted(self.cut)
+        self.cut.clear()
+        for node in restarted:
+            if node not in self.killed:
+                self.target.restart(node)
+        return {"restarted": restarted}
+
+    def _start_disk(self) -> dict:
+        self.disk_node = self._victim("random")
+        return {"node": self.disk_node, **self.disks[self.disk_node].fill()}
+
+    def _stop_disk(self) -> dict:
+        node, self.disk_node = self.disk_node, None
+        return {"node": node, **self.disks[node].free(), **self._restart_if_stopped(node)}
+
+    def _start_io(self) -> dict:
+        self.io_node = self._victim("random")
+        files = self.rng.choice(sorted(IO_FILES))
+        calls = list(self.rng.choice(IO_CALLS))
+        self.disks[self.io_node].command(op="fail", glob=IO_FILES[files], calls=calls)
+        return {"node": self.io_node, "files": files, "calls": calls}
+
+    def _stop_io(self) -> dict:
+        node, self.io_node = self.io_node, None
+        return {"node": node, **self.disks[node].command(op="heal"), **self._restart_if_stopped(node)}
+
+    def _restart_if_stopped(self, node: int) -> dict:
+        """A node that stopped by itself under a disk fault (not killed or cut) is started again,
+        as an operator would once the disk is mended; its exit code is recorded."""
+        process = self.target.nodes[node].process
+        if process is None or process.poll() is None or node in self.killed | self.cut:
+            return {}
+        exit_code = process.returncode
+        self.target.restart(node)
+        return {"stopped_with": exit_code, "restarted": True}
+
+    def _start_clock(self) -> dict:
+        node = self.rng.choice(self.nodes)
+        offset_s = self.rng.choice(CLOCK_OFFSETS_S) * self.rng.choice((-1, 1))
+        self.clocks[node].set_offset(offset_s)
+        return {"node": node, "offset_s": offset_s}
+
+    def _stop_clock(self) -> dict:
+        reset = [node for node, clock in enumerate(self.clocks) if clock.offset_s]
+        for node in reset:
+            self.clocks[node].set_offset(0)
+        return {"reset": reset}

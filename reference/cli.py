@@ -66,6 +66,10 @@ def broker(listen: str | None, data_dir: str, node_id: int | None, config_file: 
         broker_state = (ClusterBroker if config.controller_quorum_voters else Broker)(config, now_ms())  # replays the metadata log, recovers every partition
     except ValueError as e:  # e.g. a data dir whose meta.properties names another node
         raise BadConfiguration(str(e)) from None
+    except OSError as e:  # the log dir cannot be read or written: Kafka shuts the broker down with this line
+        logging.getLogger("kspec.broker").error("Shutdown broker because all log dirs in %s have failed: %s",
+                                                data_dir, e)
+        sys.exit(1)
     asyncio.run(_run(broker_state))
 
 

@@ -1,0 +1,34 @@
+"""`kspec faults run` and `soak` options: --set passes checked broker properties, --nemesis
+PACKAGE:VARIANT holds a package to one variant, and a bad value is one line and exit 2."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from faults.cli import broker_properties, faults, parse_nemeses
+
+
+def test_set_passes_kafka_properties_through_checked():
+    assert broker_properties(("log.flush.interval.messages=1", "log.flush.interval.ms = 50")) == {
+        "log.flush.interval.messages": "1", "log.flush.interval.ms": "50"}
+
+
+def test_nemesis_variants_hold_a_package_to_one_variant():
+    assert parse_nemeses("partition, power:all,clock") == (("partition", "power", "clock"), {"power": "all"})
+    assert parse_nemeses("none") == ((), {})
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--set", "log.flush.interval.messages"], "is not KEY=VALUE"),
+    (["--set", "log.flush.intervall.messages=1"], "unknown broker property 'log.flush.intervall.messages'"),
+    (["--set", "log.flush.interval.messages=0"], "flush.messages=0 is outside [1,"),
+    (["--nemesis", "power:half"], "power has no variant 'half'; choose from one, leader, minority, all"),
+    (["--nemesis", "flood"], "unknown nemesis 'flood'"),
+])
+@pytest.mark.parametrize("command", ["run", "soak"])
+def test_a_bad_option_is_one_line_and_exit_2(tmp_path, command, arguments, message):
+    extra = ["--runs", "1"] if command == "soak" else []
+    result = CliRunner().invoke(faults, [command, *extra, *arguments, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and message in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: ") and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
