@@ -81,6 +81,7 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     earliest_delta, latest_delta = earliest_ms - base_timestamp, latest_ms - base_timestamp
     compacted = rules.compacted
     record_errors: list[tuple[int, str]] = []
+    timestamp_errors = False
     size = len(body)
     position = 0
     try:
@@ -141,7 +142,8 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
             if offset_delta != index:
                 record_errors.append((index, f"offset delta {offset_delta}, expected {index}"))
             if check_timestamps and not earliest_delta <= timestamp_delta <= latest_delta:
-                _timestamp_error(record_errors, index, base_timestamp + timestamp_delta, earliest_ms, latest_ms)
+                timestamp_errors |= _timestamp_error(record_errors, index, base_timestamp + timestamp_delta,
+                                                     earliest_ms, latest_ms)
     except IndexError:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"records_count {batch.records_count}: the records run "
                          "past the end of the batch") from None
@@ -149,17 +151,19 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{size - position} bytes after record {batch.records_count - 1}, "
                          f"the last of records_count {batch.records_count}")
     if record_errors:
-        timestamp_errors = any(message.startswith("timestamp") for _, message in record_errors)
         raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP if timestamp_errors else ErrorCode.INVALID_RECORD,
                                     record_errors)
 
 
 def _timestamp_error(record_errors: list[tuple[int, str]], index: int, timestamp_ms: int, earliest_ms: int,
-                     latest_ms: int) -> None:
-    """A CreateTime timestamp out of range is INVALID_TIMESTAMP; a record without one (-1) is not checked."""
-    if timestamp_ms != NO_TIMESTAMP:
-        record_errors.append((index, f"timestamp {timestamp_ms} is out of range [{earliest_ms}, {latest_ms}] "
-                                     "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)"))
+                     latest_ms: int) -> bool:
+    """A CreateTime timestamp out of range is INVALID_TIMESTAMP (True when one is added); a
+    record without one (-1) is not checked."""
+    if timestamp_ms == NO_TIMESTAMP:
+        return False
+    record_errors.append((index, f"timestamp {timestamp_ms} is out of range [{earliest_ms}, {latest_ms}] "
+                                 "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)"))
+    return True
 
 
 def _skip_headers(body: bytes, position: int, index: int) -> int:
