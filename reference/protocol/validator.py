@@ -18,7 +18,7 @@ Any error refuses the whole batch: nothing of it is stored. A producer that gets
 errors fails exactly those records and may send the others again (KIP-467).
 
 The walk reads each record's varints and skips its key, value and headers without copying
-them; a one-byte varint (most lengths and deltas) is decoded inline.
+them; one- and two-byte varints (nearly all lengths and deltas) are decoded inline.
 """
 from __future__ import annotations
 
@@ -39,9 +39,10 @@ from reference.protocol.records import (
 )
 
 _INT32 = struct.Struct(">i")
-RECORD_ERRORS_IN_MESSAGE_MAX = 3
+RECORD_ERRORS_IN_MESSAGE_MAX = 3  # as Kafka, the error message quotes the first three record errors
 DECOMPRESS_RATIO_GUESS = 8  # the first buffer for lz4 and zstd: this many times the compressed size
-DECOMPRESS_BUFFER_BYTES_MIN = 64 * 1024  # as Kafka, the error message quotes the first three record errors
+DECOMPRESS_BUFFER_BYTES_MIN = 64 * 1024
+_ZIGZAG = [(byte >> 1) ^ -(byte & 1) for byte in range(0x80)]  # a one-byte varint's value
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     earliest_ms = now_ms - rules.timestamp_before_max_ms
     latest_ms = now_ms + rules.timestamp_after_max_ms
     base_timestamp = batch.base_timestamp
+    earliest_delta, latest_delta = earliest_ms - base_timestamp, latest_ms - base_timestamp
     compacted = rules.compacted
     record_errors: list[tuple[int, str]] = []
     timestamp_errors = False
@@ -84,24 +86,37 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     position = 0
     try:
         for index in range(batch.records_count):
+            # Each varint is decoded inline when it has one or two bytes (a record's length,
+            # offset delta and value length take two from 64 bytes and 64 records on); a
+            # function call per field would cost more than the rest of the walk.
             byte = body[position]
             if byte < 0x80:
-                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+                length, position = _ZIGZAG[byte], position + 1
+            elif (high := body[position + 1]) < 0x80:
+                raw = (byte & 0x7F) | (high << 7)
+                length, position = (raw >> 1) ^ -(raw & 1), position + 2
             else:
                 length, position = _read_varint(body, position)
-            end = position + length
-            if length < 0 or end > size:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record {index} of length {length} runs past the batch")
-            position += 1  # record attributes: unused
-            timestamp_delta, position = _read_varint(body, position)
+            end = position + length  # a negative or overlong length disagrees with the fields below
+            byte = body[position + 1]  # after the record attributes, unused
+            if byte < 0x80:
+                timestamp_delta, position = _ZIGZAG[byte], position + 2
+            elif (high := body[position + 2]) < 0x80:
+                raw = (byte & 0x7F) | (high << 7)
+                timestamp_delta, position = (raw >> 1) ^ -(raw & 1), position + 3
+            else:
+                timestamp_delta, position = _read_varint(body, position + 1)
             byte = body[position]
             if byte < 0x80:
-                offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+                offset_delta, position = _ZIGZAG[byte], position + 1
+            elif (high := body[position + 1]) < 0x80:
+                raw = (byte & 0x7F) | (high << 7)
+                offset_delta, position = (raw >> 1) ^ -(raw & 1), position + 2
             else:
                 offset_delta, position = _read_varint(body, position)
             byte = body[position]
             if byte < 0x80:
-                key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+                key_length, position = _ZIGZAG[byte], position + 1
             else:
                 key_length, position = _read_varint(body, position)
             if key_length >= 0:
@@ -110,13 +125,15 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
                 record_errors.append((index, "a compacted topic does not accept records without a key"))
             byte = body[position]
             if byte < 0x80:
-                value_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+                value_length, position = _ZIGZAG[byte], position + 1
+            elif (high := body[position + 1]) < 0x80:
+                raw = (byte & 0x7F) | (high << 7)
+                value_length, position = (raw >> 1) ^ -(raw & 1), position + 2
             else:
                 value_length, position = _read_varint(body, position)
             if value_length > 0:
                 position += value_length
-            header_count = body[position]
-            if header_count == 0:
+            if body[position] == 0:  # no headers
                 position += 1
             else:
                 position = _skip_headers(body, position, index)
@@ -124,12 +141,9 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record {index}: length {length} disagrees with its fields")
             if offset_delta != index:
                 record_errors.append((index, f"offset delta {offset_delta}, expected {index}"))
-            if (check_timestamps and not earliest_ms <= base_timestamp + timestamp_delta <= latest_ms
-                    and base_timestamp + timestamp_delta != NO_TIMESTAMP):
-                timestamp_errors = True
-                record_errors.append((index, f"timestamp {base_timestamp + timestamp_delta} is out of range "
-                                             f"[{earliest_ms}, {latest_ms}] (message.timestamp.before.max.ms, "
-                                             "message.timestamp.after.max.ms)"))
+            if check_timestamps and not earliest_delta <= timestamp_delta <= latest_delta:
+                timestamp_errors |= _timestamp_error(record_errors, index, base_timestamp + timestamp_delta,
+                                                     earliest_ms, latest_ms)
     except IndexError:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"records_count {batch.records_count}: the records run "
                          "past the end of the batch") from None
@@ -139,6 +153,17 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     if record_errors:
         raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP if timestamp_errors else ErrorCode.INVALID_RECORD,
                                     record_errors)
+
+
+def _timestamp_error(record_errors: list[tuple[int, str]], index: int, timestamp_ms: int, earliest_ms: int,
+                     latest_ms: int) -> bool:
+    """A CreateTime timestamp out of range is INVALID_TIMESTAMP (True when one is added); a
+    record without one (-1) is not checked."""
+    if timestamp_ms == NO_TIMESTAMP:
+        return False
+    record_errors.append((index, f"timestamp {timestamp_ms} is out of range [{earliest_ms}, {latest_ms}] "
+                                 "(message.timestamp.before.max.ms, message.timestamp.after.max.ms)"))
+    return True
 
 
 def _skip_headers(body: bytes, position: int, index: int) -> int:
