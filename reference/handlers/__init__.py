@@ -14,12 +14,12 @@ from reference.handlers.configs import (
     handle_incremental_alter_configs,
 )
 from reference.handlers.elect_leaders import handle_elect_leaders
+from reference.handlers.find_coordinator import handle_find_coordinator
 from reference.handlers.groups import (
     handle_consumer_group_describe,
     handle_consumer_group_heartbeat,
     handle_delete_groups,
     handle_describe_groups,
-    handle_find_coordinator,
     handle_heartbeat,
     handle_join_group,
     handle_leave_group,

@@ -1,4 +1,4 @@
-"""Group APIs: FindCoordinator, the classic group protocol, KIP-848, offsets, group admin.
+"""Group APIs: the classic group protocol, KIP-848, offsets, group admin.
 
 Every handler turns a request into calls on the sans-IO GroupCoordinator and its Effects
 into I/O: records are appended to `__consumer_offsets` (a compacted internal topic, one
@@ -28,9 +28,6 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.transaction.partition import committed_records
 
-COORDINATOR_KEY_TYPES = {0: "group", 1: "transaction"}  # FindCoordinator KeyType
-GROUP_KEY_TYPE = 0
-BATCHED_COORDINATOR_KEYS_VERSION = 4  # FindCoordinator v4+ (KIP-699)
 MULTI_GROUP_OFFSET_FETCH_VERSION = 8  # OffsetFetch v8+ (KIP-709)
 BATCHED_LEAVE_VERSION = 3  # LeaveGroup v3+ (KIP-345)
 REQUIRE_KNOWN_MEMBER_ID_VERSION = 4  # JoinGroup v4+ (KIP-394)
@@ -231,38 +228,6 @@ def tick_groups(broker: Broker, now_ms: int) -> None:
     """The coordinator's timers: session, rebalance and join-delay deadlines, offsets retention."""
     node = group_node(broker, now_ms)
     node.apply(node.coordinator.tick(now_ms, node.topics()), now_ms)
-
-
-# ---------------------------------------------------------------------------------------------
-# FindCoordinator
-
-
-def handle_find_coordinator(broker: Broker, request, context: RequestContext) -> dict:
-    """The leader of the key's partition of `__consumer_offsets` (or `__transaction_state`)."""
-    node = group_node(broker, context.now_ms)
-    keys = (request.coordinator_keys if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION
-            else [request.key])
-    key_type = request.get("key_type", GROUP_KEY_TYPE)  # v0 has no key type: it finds group coordinators
-    found = [_find(broker, node, key_type, key, context.now_ms) for key in keys]
-    if context.api_version >= BATCHED_COORDINATOR_KEYS_VERSION:
-        return {"coordinators": [{"key": key, **each} for key, each in zip(keys, found)]}
-    return found[0]
-
-
-def _find(broker: Broker, node: GroupNode, key_type: int, key: str, now_ms: int) -> dict:
-    if key_type not in COORDINATOR_KEY_TYPES:
-        return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.INVALID_REQUEST,
-                "error_message": f"key type {key_type}"}
-    if COORDINATOR_KEY_TYPES[key_type] == "group":
-        leader = broker.partition_leader(CONSUMER_OFFSETS_TOPIC, node.coordinator.partition_for(key))
-    else:
-        from reference.handlers.transactions import txn_node  # imports this module
-        leader = txn_node(broker, now_ms).coordinator_node(key, now_ms)
-    if leader is None:
-        return {"node_id": -1, "host": "", "port": -1, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "error_message": None}
-    node_id, host, port = leader
-    return {"node_id": node_id, "host": host, "port": port, "error_code": ErrorCode.NONE, "error_message": None}
 
 
 # ---------------------------------------------------------------------------------------------

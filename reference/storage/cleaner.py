@@ -19,11 +19,10 @@ One pass of Kafka's log cleaner over one log (RET-1: offsets never change and ar
    that pass writes the delete horizon into the batch (KIP-534, attribute bit 6), and a later
    pass at or after the horizon drops them.
 
-A cleaned group replaces the old segments by renames, as Kafka's replaceSegments does: the new
-segment is written under `.cleaned`, renamed to `.swap` (the commit point), the old segments
-are deleted and the `.swap` files renamed to their final names. On open,
-`complete_or_discard_swaps` finishes a swap that was committed and discards one that was not,
-so a crash leaves each group either as it was or as cleaned, never half of each.
+A cleaned group is written under the `.cleaned` suffix and handed to `Log.replace_segments`,
+which swaps it in by renames as Kafka's replaceSegments does (and finishes or discards a swap
+cut short when the log is next opened), so a crash leaves each group either as it was or as
+cleaned, never half of each.
 
 Transactions are not handled yet: transactional and control batches are copied untouched and
 their keys do not enter the offset map (aborted data must not hide committed values), so they
@@ -34,18 +33,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, rebuild_batch
-from reference.storage.atomic import fsync_directory, replace_file
+from reference.storage.atomic import replace_file
+from reference.storage.log import CLEANED_SUFFIX, Log
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment
 
-if TYPE_CHECKING:
-    from reference.storage.log import Log
-
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 # Kafka bounds the offset map by log.cleaner.dedupe.buffer.size and cleans a long dirty section
 # in several passes; kspec bounds it by keys, checked between segments.
 OFFSET_MAP_KEYS_MAX = 1_000_000
@@ -187,7 +181,7 @@ def commit(log: Log, plan: CleaningPlan, result: CleaningResult, *, groups_max: 
         return True
     swapping = result.replacements[:groups_max]
     for group, cleaned in swapping:
-        _replace_segments(log, group, cleaned)
+        log.replace_segments(group, cleaned)
         result.groups_swapped += 1
         result.segments_swapped += len(group)
     del result.replacements[:len(swapping)]
@@ -284,40 +278,3 @@ class _CleaningPass:
         if not kept and not (batch.producer_id >= 0 and batch.last_offset in self.producer_last_offsets):
             return None
         return RecordBatch(rebuild_batch(batch, kept, delete_horizon_ms=horizon_ms if holds_tombstones else None))
-
-
-def _replace_segments(log: Log, old: list[LogSegment], cleaned: LogSegment) -> None:
-    """Swap `cleaned` in for `old` in the directory and in the log's segment list."""
-    assert cleaned.base_offset == old[0].base_offset and cleaned.file_suffix == CLEANED_SUFFIX
-    cleaned.change_file_suffix(SWAP_SUFFIX)  # committed: from here recovery completes the swap
-    for segment in old:
-        segment.delete_files()
-    cleaned.change_file_suffix("")
-    fsync_directory(log.dir_path)
-    first = log.segments.index(old[0])
-    assert log.segments[first : first + len(old)] == old
-    log.segments[first : first + len(old)] = [cleaned]
-
-
-def complete_or_discard_swaps(dir_path: str, index_interval_bytes: int) -> None:
-    """Before a log is opened: drop `.cleaned` files (a pass that had not committed) and finish
-    every committed `.log.swap`: delete the old segments it replaces (base offsets from its own
-    up to its next offset), then give it its final name. Its indexes are deleted and rebuilt."""
-    names = os.listdir(dir_path)
-    for name in names:
-        if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not name.endswith(".log" + SWAP_SUFFIX)):
-            os.remove(os.path.join(dir_path, name))
-    swap_bases = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
-    for base_offset in swap_bases:
-        swapped = LogSegment(dir_path, base_offset, index_interval_bytes=index_interval_bytes, created_ms=0,
-                             file_suffix=SWAP_SUFFIX)
-        next_offset = base_offset + 1
-        for _, batch in swapped.batches_from(0):
-            next_offset = max(next_offset, batch.next_offset)
-        for name in os.listdir(dir_path):
-            stem, _, extension = name.partition(".")
-            if extension in ("log", "index", "timeindex") and stem.isdigit() and base_offset <= int(stem) < next_offset:
-                os.remove(os.path.join(dir_path, name))
-        os.replace(swapped.log_path, os.path.join(dir_path, f"{base_offset:020d}.log"))
-    if swap_bases:
-        fsync_directory(dir_path)

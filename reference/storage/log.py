@@ -25,7 +25,8 @@ recovery-point-offset-checkpoint) is the end of the newest rolled segment whose 
 completed, all older ones having completed before it: what lies below it reached the disk, so
 a restart after a crash rescans only the segments after it, not a whole 100 GB log. A segment
 whose index files are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
-snapshot and rebuilt from there by replaying batches (IDM-1).
+snapshot and rebuilt from there by replaying batches (IDM-1). Before any of this, a swap of
+cleaned segments (replace_segments, the cleaner's) cut short is finished or discarded.
 """
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
 from reference.protocol.validator import ValidationRules, validate_records
 from reference.storage.config import LogConfig
-from reference.storage.atomic import replace_file
-from reference.storage.cleaner import complete_or_discard_swaps
+from reference.storage.atomic import fsync_directory, replace_file
 from reference.storage.producer_state import ProducerStateManager
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
 
@@ -53,6 +53,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_START_OFFSET_FILE = "log-start-offset"
 RECOVERY_POINT_FILE = "recovery-point"
 SNAPSHOT_SUFFIX = ".snapshot"
+CLEANED_SUFFIX = ".cleaned"  # a replacement segment being written (by the cleaner)
+SWAP_SUFFIX = ".swap"  # a replacement segment committed, its old segments not yet all deleted
 ROLLED_SEGMENT_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kspec-log-flusher")
 
 
@@ -86,7 +88,7 @@ class Log:
     """A partition's segment log. Public interface used by the broker:
     append_as_leader, append_as_follower, read, log_start_offset, log_end_offset, offset_for_timestamp,
     max_timestamp_offset, delete_records_before, truncate_to, enforce_retention,
-    flush, close, delete, and the read-only `producer_state`."""
+    replace_segments (the cleaner's swap), flush, close, delete, and the read-only `producer_state`."""
 
     def __init__(self, dir_path: str, config: LogConfig, *, now_ms: int) -> None:
         self.dir_path = dir_path
@@ -123,7 +125,7 @@ class Log:
     # ------------------------------------------------------------ opening
 
     def _load(self, now_ms: int) -> None:
-        complete_or_discard_swaps(self.dir_path, self.config.index_interval_bytes)  # a compaction cut short
+        self._complete_or_discard_swaps()  # a compaction cut short
         clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
         clean_shutdown = os.path.exists(clean_marker)
         base_offsets = sorted(int(name[:-4]) for name in os.listdir(self.dir_path) if name.endswith(".log"))
@@ -150,6 +152,30 @@ class Log:
         self._load_producer_state()
         if clean_shutdown:
             os.remove(clean_marker)  # a crash from here on must trigger recovery
+
+    def _complete_or_discard_swaps(self) -> None:
+        """Before the segments are opened: drop `.cleaned` files (a swap that had not committed)
+        and finish every committed `.log.swap`: delete the old segments it replaces (base offsets
+        from its own up to its next offset), then give it its final name. Its indexes are
+        deleted and rebuilt."""
+        names = os.listdir(self.dir_path)
+        for name in names:
+            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not name.endswith(".log" + SWAP_SUFFIX)):
+                os.remove(os.path.join(self.dir_path, name))
+        swap_bases = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
+        for base_offset in swap_bases:
+            swapped = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
+                                 created_ms=0, file_suffix=SWAP_SUFFIX)
+            next_offset = base_offset + 1
+            for _, batch in swapped.batches_from(0):
+                next_offset = max(next_offset, batch.next_offset)
+            for name in os.listdir(self.dir_path):
+                stem, _, extension = name.partition(".")
+                if extension in ("log", "index", "timeindex") and stem.isdigit() and base_offset <= int(stem) < next_offset:
+                    os.remove(os.path.join(self.dir_path, name))
+            os.replace(swapped.log_path, os.path.join(self.dir_path, f"{base_offset:020d}.log"))
+        if swap_bases:
+            fsync_directory(self.dir_path)
 
     def _delete_later_segments(self, base_offsets: list[int]) -> None:
         """After a cut, the log ends there, as Kafka's recovery ends it: the segments after the
@@ -471,6 +497,21 @@ class Log:
         for offset in snapshots[:-1]:  # keep the newest: it holds producers whose batches are gone
             if offset < self.segments[0].base_offset:
                 os.remove(os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX)))
+
+    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> None:
+        """Swap `cleaned` (written under CLEANED_SUFFIX, same base offset) in for the consecutive
+        segments `old`, in the directory and in the segment list, as Kafka's replaceSegments
+        does: renamed to `.swap` (the commit point: from here the next open completes the swap),
+        the old segments deleted, then renamed to its final name."""
+        assert cleaned.base_offset == old[0].base_offset and cleaned.file_suffix == CLEANED_SUFFIX
+        cleaned.change_file_suffix(SWAP_SUFFIX)
+        for segment in old:
+            segment.delete_files()
+        cleaned.change_file_suffix("")
+        fsync_directory(self.dir_path)
+        first = self.segments.index(old[0])
+        assert self.segments[first : first + len(old)] == old
+        self.segments[first : first + len(old)] = [cleaned]
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch with an offset >= `offset` (a follower diverging from its leader).

@@ -1,0 +1,1 @@
+"""Listeners and their security protocols, TLS, SASL, principals and the authorizer (README.md)."""
