@@ -6,7 +6,7 @@ integers (with N), floats (with M), nil/true/false, characters, comments, discar
 
 Written here rather than taken from edn_format (the maintained EDN reader on PyPI) for
 speed: on Jepsen op lines edn_format.loads takes about 450 us a line, this reader about
-10 us (one C-level regex split, then a loop with an explicit stack), and a Jepsen history
+13 us (one C-level regex split, then a loop with an explicit stack), and a Jepsen history
 has a line per op. See benchmarks/README.md.
 """
 from __future__ import annotations
