@@ -1,9 +1,12 @@
 """Checker benchmark: all checks on a synthetic history with Spark local[2], beside a
 single-process numpy/pyarrow implementation of the same per-partition checks, the cycle
-search on transactional ops, and log verification beside a WGL search on small histories.
+search on transactional ops, log verification beside a WGL search on small histories, and
+`kspec check` end to end on a Jepsen-format history.edn (generated here in the shape of
+Jepsen's queue workload, with a lost write and a duplicate injected).
 
     python benchmarks/bench_checker.py                      # 1M ops
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
+    python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 10000000
 
 The history is clean (a correct broker, simulated), 32 partitions, one consumer per
 partition, ~2.5 ops in flight. Each Spark run is a fresh process: times include Spark
@@ -13,10 +16,13 @@ the Python workers.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import random
 import resource
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -430,14 +436,179 @@ def bench_wgl() -> None:
               f"WGL {1e6 * (t2 - t1) / WGL_HISTORIES:10.0f} us, {sum(verified)}/{WGL_HISTORIES} linearizable")
 
 
+# -- Jepsen-format history.edn ---------------------------------------------------------------
+EDN_KEYS = 16              # Jepsen's abstract keys: topics t0..t7, two partitions each
+EDN_PROCESSES = 10         # client processes at a time
+EDN_POLL_RECORDS_MAX = 6   # records a poll returns per key
+EDN_CRASH_EVERY = 5_000    # one crash (and a new process that assigns again) every this many ops
+EDN_FINAL_POLL_RECORDS = 20
+
+
+def write_jepsen_history(path: Path, n_ops: int, seed: int = 3, anomalies: bool = True) -> dict:
+    """A Jepsen Kafka queue history of about n_ops op records (one map a line): processes assign
+    every key, then send and poll in rounds (all invoke, then all complete, shuffled), a process
+    now and then crashes and its successor assigns again, and final reads poll every key to its
+    end. With anomalies, one acked send is never read (a lost write; consumers skip its offset)
+    and one is stored twice (a duplicate at two offsets). Returns what was injected."""
+    rng = random.Random(seed)
+    logs: list[list[int]] = [[] for _ in range(EDN_KEYS)]  # values by offset, per key
+    next_value = 1
+    lost_at = duplicate_at = None
+    injected: dict = {}
+    index = 0
+    time_ns = 0
+    positions: dict[int, list[int]] = {}
+    out = open(path, "w", buffering=1 << 20)
+
+    def emit(process, kind, f, value: str, extra: str = "") -> None:
+        nonlocal index, time_ns
+        time_ns += rng.randint(100_000, 2_000_000)
+        out.write(f"{{:index {index}, :time {time_ns}, :type :{kind}, :process {process}, :f :{f}, "
+                  f":value {value}{extra}}}\n")
+        index += 1
+
+    def assign(process: int) -> None:
+        keys = "[" + " ".join(map(str, range(EDN_KEYS))) + "]"
+        emit(process, "invoke", "assign", keys)
+        emit(process, "ok", "assign", keys)
+
+    def poll_value(position: list[int], limits: list[int], records_max: int) -> str:
+        polled = []
+        for key in range(EDN_KEYS):
+            start = position[key]
+            end = min(limits[key], start + records_max)
+            pairs = [f"[{o} {logs[key][o]}]" for o in range(start, end) if o != lost_at_key.get(key)]
+            position[key] = max(start, end)
+            if pairs:
+                polled.append(f"{key} [{' '.join(pairs)}]")
+        return "[[:poll {" + ", ".join(polled) + "}]]" if polled else "[[:poll]]"
+
+    lost_at_key: dict[int, int] = {}
+    processes = list(range(EDN_PROCESSES))
+    for p in processes:
+        positions[p] = [0] * EDN_KEYS
+        assign(p)
+    next_process = EDN_PROCESSES
+    ops = 0
+    while index < n_ops - 4 * EDN_PROCESSES:
+        round_ops = []
+        for slot, p in enumerate(processes):
+            if rng.random() < 0.55:
+                key, value = rng.randrange(EDN_KEYS), next_value
+                next_value += 1
+                emit(p, "invoke", "send", f"[[:send {key} {value}]]")
+                round_ops.append((slot, p, "send", key, value))
+            else:
+                emit(p, "invoke", "poll", "[[:poll]]", ", :poll-ms 100")
+                round_ops.append((slot, p, "poll", [len(log) for log in logs], None))
+        rng.shuffle(round_ops)
+        for slot, p, f, key, value in round_ops:
+            ops += 1
+            if f == "send":
+                offset = len(logs[key])
+                logs[key].append(value)
+                if anomalies and lost_at is None and index > n_ops // 3:
+                    lost_at = lost_at_key[key] = offset
+                    injected["lost-write"] = {"key": key, "value": value, "offset": offset}
+                elif anomalies and duplicate_at is None and index > n_ops // 2:
+                    duplicate_at = offset
+                    logs[key].append(value)
+                    injected["duplicate"] = {"key": key, "value": value, "offsets": [offset, offset + 1]}
+                emit(p, "ok", "send", f"[[:send {key} [{offset} {value}]]]")
+            else:
+                emit(p, "ok", "poll", poll_value(positions[p], key, EDN_POLL_RECORDS_MAX), ", :poll-ms 100")
+            if ops % EDN_CRASH_EVERY == 0:
+                emit(p, "invoke", "crash", "nil")
+                emit(p, "info", "crash", "nil")
+                successor = next_process
+                next_process += 1
+                positions[successor] = positions.pop(p)  # it resumes from the committed positions
+                processes[slot] = successor
+                assign(successor)
+    for p in processes:  # final reads: every process polls every key to its end
+        limits = [len(log) for log in logs]
+        while positions[p] != limits:
+            emit(p, "invoke", "poll", "[[:poll]]", ", :poll-ms 1000")
+            emit(p, "ok", "poll", poll_value(positions[p], limits, EDN_FINAL_POLL_RECORDS), ", :poll-ms 1000")
+    out.close()
+    return {"ops": index, "bytes": path.stat().st_size, **injected}
+
+
+def subtree_rss_mb(root: int) -> float:
+    """Resident memory (MB) of a process and all its descendants (the JVM and the Python workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    total_kb, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            total_kb += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total_kb / 1024
+
+
+def timed_command(command: list[str]) -> tuple[float, float, int, str]:
+    """Run a command; its wall seconds, the peak RSS of its process tree (sampled), exit code, stdout."""
+    started = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    peak_mb = 0.0
+    while child.poll() is None:
+        peak_mb = max(peak_mb, subtree_rss_mb(child.pid))
+        time.sleep(SAMPLE_S)
+    return time.monotonic() - started, peak_mb, child.returncode, child.stdout.read()
+
+
+def bench_edn(n_ops: int, work: Path) -> None:
+    """`kspec check history.edn` end to end (import in Spark, then every check), then again (the import reused)."""
+    edn = work / f"jepsen-{n_ops}.edn"
+    t0 = time.monotonic()
+    injected = write_jepsen_history(edn, n_ops)
+    print(f"\nJepsen history.edn, {injected['ops']:,} op records, {injected['bytes'] / 1e6:.0f} MB (generated in "
+          f"{time.monotonic() - t0:.1f} s); injected: lost write {injected.get('lost-write')}, duplicate "
+          f"{injected.get('duplicate')}", flush=True)
+    out = work / f"jepsen-{n_ops}-check"
+    command = [sys.executable, "-m", "kspec.cli", "check", str(edn), "--master", MASTER, "--out", str(out)]
+    for label in ("first check (parse in Spark + checks)", "second check (import reused)"):
+        seconds, peak_mb, code, _ = timed_command(command)
+        verdict = json.loads((out / "verdict.json").read_text())
+        print(f"kspec check {MASTER}, {label}: {seconds:.1f} s end to end, peak RSS of the process tree "
+              f"{peak_mb:.0f} MB (sampled every {SAMPLE_S} s), exit {code}; violations {verdict['violations']}",
+              flush=True)
+    lost = [r for r in pq.read_table(out / "anomalies.parquet").to_pylist() if r["anomaly"] in ("lost-write",
+                                                                                              "duplicate")]
+    for r in lost:
+        print(f"  {r['anomaly']}: {r['topic']}-{r['partition']} values {r['values']} offsets {r['offsets']}")
+    t1 = time.monotonic()
+    from spark_validation.jepsen import read_edn_rows
+    rows = read_edn_rows(edn)
+    print(f"single-process read of the same file (spark_validation.jepsen.read_edn_rows, the in-process "
+          f"reader): {time.monotonic() - t1:.1f} s, {rows.rows:,} rows, peak Python {python_peak_rss_mb():.0f} MB",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--cycle-ops", type=int, default=1_000_000)
     parser.add_argument("--wgl-only", action="store_true", help="only the verification vs WGL comparison")
+    parser.add_argument("--edn-ops", type=int, nargs="+", default=[1_000_000])
+    parser.add_argument("--edn-only", action="store_true", help="only `kspec check` on Jepsen history.edn files")
     args = parser.parse_args()
     if args.wgl_only:
         bench_wgl()
+        return
+    if args.edn_only:
+        with tempfile.TemporaryDirectory(prefix="kspec-bench-edn-") as work:
+            for n in args.edn_ops:
+                bench_edn(n, Path(work))
         return
     with tempfile.TemporaryDirectory(prefix="kspec-bench-checker-") as work:
         end_to_end = {n: bench_all_checks(n, Path(work)) for n in args.ops}
@@ -446,6 +617,8 @@ def main() -> None:
             print(f"\nscaling {small:,} -> {large:,} ops ({large / small:.0f}x): end to end {small_s:.1f} s -> "
                   f"{large_s:.1f} s ({large_s / small_s:.1f}x)", flush=True)
         bench_cycles(args.cycle_ops, Path(work))
+        for n in args.edn_ops:
+            bench_edn(n, Path(work))
     bench_wgl()
 
 

@@ -24,10 +24,12 @@ from spark_validation import cycles, durability, isolation, offsets, ordering, r
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
-from spark_validation.frames import BUILD, HistoryFrames, read_ipc
+from spark_validation.frames import BUILD, HistoryFrames, RowGroupReader, history_files, read_ipc, row_groups
 from spark_validation.partition_log import PartitionLog
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
+from spark_validation.jepsen import JepsenError
 from spark_validation.options import SUB_VIA, RunOptions
+from spark_validation.session import spark_session
 from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA
 
 HISTORY_FILE = "history.parquet"
@@ -78,8 +80,11 @@ class CheckResult:
 Progress = Callable[[str, int, int, int, float], None]  # check, position, total, rows, seconds
 
 
-def resolve_history(path: Path, work_dir: Path) -> tuple[Path, RunOptions]:
-    """The Parquet file of a history and its run options; Jepsen .edn is imported into work_dir."""
+def resolve_history(path: Path, work_dir: Path,
+                    session: Callable[[], SparkSession] = spark_session) -> tuple[Path, RunOptions]:
+    """The Parquet file (or folder of parts) of a history and its run options. A Jepsen .edn is
+    imported with Spark (session) into work_dir/history.parquet, or taken from there when it
+    already holds this file."""
     if not path.exists():
         raise HistoryError(f"{path} does not exist; pass a kspec history folder, a .parquet file or a history.edn")
     options_path = None
@@ -89,17 +94,23 @@ def resolve_history(path: Path, work_dir: Path) -> tuple[Path, RunOptions]:
         if not path.exists():
             raise HistoryError(f"{path.parent} has no {HISTORY_FILE}; pass the folder a kspec run wrote")
     elif path.suffix == ".edn":
-        from spark_validation.jepsen import import_edn
-        path = import_edn(path, work_dir / HISTORY_FILE)
+        from spark_validation.jepsen_import import import_edn
+        try:
+            path = import_edn(session(), path, work_dir / HISTORY_FILE)
+        except JepsenError as e:
+            raise HistoryError(f"{path}, line {e.line}: {e.problem}") from None
     elif path.suffix == ".parquet":
         options_path = path.with_name(OPTIONS_FILE)
     else:
         raise HistoryError(f"{path}: expected a folder, a .parquet file or a Jepsen .edn file")
+    files = history_files(path)
+    if not files:
+        raise HistoryError(f"{path} holds no ops; pass a history with at least one op")
     try:
-        schema = pq.read_schema(path)
+        schemas = [pq.read_schema(file) for file in files]
     except (OSError, pa.ArrowInvalid) as e:
         raise HistoryError(f"{path} is not readable Parquet ({e}); pass a history written by spec.history") from None
-    missing = [name for name in HISTORY_SCHEMA.names if name not in schema.names]
+    missing = [name for name in HISTORY_SCHEMA.names if any(name not in schema.names for schema in schemas)]
     if missing:
         raise HistoryError(f"{path} lacks history column(s) {', '.join(missing)}; see spec/history.py")
     if options_path is not None and options_path.exists():
@@ -112,8 +123,10 @@ def resolve_history(path: Path, work_dir: Path) -> tuple[Path, RunOptions]:
 
 def infer_options(path: Path) -> RunOptions:
     """Options implied by the history: the assignment modes its consumers used."""
-    f = pq.read_table(path, columns=["f"], read_dictionary=["f"]).column("f")
-    used = set(pc.unique(f).to_pylist()) & set(ASSIGNMENT_FS)
+    used = set()
+    for file in history_files(path):
+        f = pq.read_table(file, columns=["f"], read_dictionary=["f"]).column("f")
+        used |= set(pc.unique(f).to_pylist()) & set(ASSIGNMENT_FS)
     return RunOptions(sub_via=frozenset(used & set(SUB_VIA)) or frozenset({"assign"}))
 
 
@@ -225,12 +238,12 @@ def _sorted_rows(rows: list[dict]) -> list[dict]:
 def _row_groups(parquet_path: Path, columns: list[str], keep: Callable[[pa.Table], pa.Array]) -> pa.Table:
     """The rows keep selects, read one row group at a time: the driver never holds a whole column
     of a long history (25M rows of these columns would be about 1 GB)."""
-    history = pq.ParquetFile(parquet_path, read_dictionary=["type", "f"])
+    history = RowGroupReader(["type", "f"])
     parts = []
-    for row_group in range(history.num_row_groups):
-        rows = history.read_row_group(row_group, columns=columns)
+    for file, group in row_groups(parquet_path):
+        rows = history.read(file, group, columns)
         parts.append(rows.filter(keep(rows)))
-    return pa.concat_tables(parts) if parts else history.schema_arrow.empty_table().select(columns)
+    return pa.concat_tables(parts) if parts else HISTORY_SCHEMA.empty_table().select(columns)
 
 
 def _op_table(parquet_path: Path) -> pa.Table:
@@ -241,6 +254,11 @@ def _op_table(parquet_path: Path) -> pa.Table:
     table = table.select(["index", "type", "invoke_time_ns", "time_ns"])
     index = table.column("index").to_numpy()
     return table if (index[1:] > index[:-1]).all() else table.sort_by("index")
+
+
+def history_rows(parquet_path: Path) -> int:
+    """The history's rows, from the Parquet footers."""
+    return sum(pq.ParquetFile(file).metadata.num_rows for file in history_files(parquet_path))
 
 
 def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa.Table,
@@ -264,7 +282,7 @@ def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa
         "valid": not violations,
         "history": str(parquet_path),
         "ops": completions.num_rows,
-        "rows": pq.ParquetFile(parquet_path).metadata.num_rows,
+        "rows": history_rows(parquet_path),
         "options": options.to_json(),
         "checks": plan,
         "anomalies": counts,

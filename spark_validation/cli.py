@@ -5,13 +5,15 @@ Exit status: 0 when no anomaly violates a guarantee, 1 when one does, 2 for bad 
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import click
 
-from spark_validation.checker import CHECKS, HistoryError, resolve_history, run_checks, write_result
+from pyspark.sql import SparkSession
+
+from spark_validation.checker import CHECKS, HistoryError, history_rows, resolve_history, run_checks, write_result
 from spark_validation.mirror import check_mirror_history, is_mirror_history
+from spark_validation.progress import CheckProgress
 from spark_validation.session import DEFAULT_MASTER, spark_session
 
 EXIT_VALID, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
@@ -39,15 +41,22 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
     out_dir = out_dir or _default_out(history)
     if is_mirror_history(history):  # `kspec mirror record`: both clusters of one flow
         sys.exit(check_mirror_history(history, spark_session(master), out_dir, json_path))
-    with tempfile.TemporaryDirectory(prefix="kspec-import-") as work_dir:
+    with CheckProgress() as progress:
+        def session() -> SparkSession:
+            spark = spark_session(master)
+            progress.stages(spark)
+            return spark
+
         try:
-            parquet_path, options = resolve_history(history, Path(work_dir))
+            # a Jepsen history.edn is imported beside the results, and reused by the next check of the same file
+            parquet_path, options = resolve_history(history, out_dir, session)
         except HistoryError as e:
             _bad_input(str(e))
         click.echo(f"checking {history} on {master} ({len(chosen)} checks)", err=True)
-        spark = spark_session(master)
-        result = run_checks(spark, parquet_path, options, chosen, progress=_progress)
-        write_result(result, out_dir)
+        spark = session()
+        progress.stages(spark, history_rows(parquet_path))
+        result = run_checks(spark, parquet_path, options, chosen, progress=progress.check)
+    write_result(result, out_dir)
     if json_path:
         json_path.write_text((out_dir / "verdict.json").read_text())
     v = result.verdict
@@ -60,16 +69,11 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
     click.echo(f"worst realtime lag {worst['lag_s']:.3f} s" + (f" ({worst['topic']}-{worst['partition']}, process "
                                                               f"{worst['process']})" if "topic" in worst else "")
                + f"; consume counts {v['consume-counts']['distribution'] or 'none (no subscribed reads)'}")
-    click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s; "
+    click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s "
+               f"({v['ops'] / max(v['seconds']['total'], 1e-3):,.0f} ops/s); "
                f"guarantees held: {', '.join(held) or '-'}; violated: {', '.join(violated) or '-'}")
     click.echo(f"{'VALID' if result.valid else 'INVALID'}: results in {out_dir}")
     sys.exit(EXIT_VALID if result.valid else EXIT_VIOLATION)
-
-
-def _progress(check_name: str, position: int, total: int, rows: int, seconds: float) -> None:
-    end = "\n" if position == total or not sys.stderr.isatty() else ""
-    click.echo(f"\r[{position}/{total}] {check_name}: {rows} row(s) in {seconds:.1f} s\033[K", err=True, nl=False)
-    click.echo(end, err=True, nl=False)
 
 
 def _bad_input(message: str) -> None:

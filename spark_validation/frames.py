@@ -24,6 +24,7 @@ stream and the seconds the check took there (and one BUILD row per partition).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -45,6 +46,8 @@ STRING_COLUMNS = ["type", "f", "mop_f", "topic"]  # read as dictionaries: few di
 ASSIGNMENT_COLUMNS = ["index", "seq", "process", "type", "f", "topic", "partition"]
 MOPS, POLLS = "mops", "polls"  # kinds of blob
 BLOB_DDL = "kind string, topic string, partition int, row_group int, info_sends long, payload binary"
+BLOB_SCHEMA = pa.schema([("kind", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                         ("row_group", pa.int32()), ("info_sends", pa.int64()), ("payload", pa.binary())])
 ASSIGNMENT_SCHEMA = pa.schema([("index", pa.int64()), ("seq", pa.int32()), ("process", pa.int64()),
                                ("type", pa.string()), ("f", pa.string()), ("topic", pa.string()),
                                ("partition", pa.int32())])
@@ -56,6 +59,31 @@ IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 OP_KEY_SPAN = 1 << 36  # (process, op index) as one int64: process * OP_KEY_SPAN + index
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
+
+
+def history_files(path: str | Path) -> list[str]:
+    """The Parquet files of a history: the file itself, or the parts in a history folder
+    (jepsen_import.py writes one per range of a history.edn), in history order."""
+    path = Path(path)
+    return [str(path)] if not path.is_dir() else sorted(str(f) for f in path.glob("part-*.parquet"))
+
+
+def row_groups(path: str | Path) -> list[tuple[str, int]]:
+    """(file, row group) of every row group of a history, in history order."""
+    return [(file, group) for file in history_files(path) for group in range(pq.ParquetFile(file).num_row_groups)]
+
+
+class RowGroupReader:
+    """Reads row groups of a history's files, opening each file once."""
+
+    def __init__(self, read_dictionary: list[str]):
+        self.read_dictionary = read_dictionary
+        self.files: dict[str, pq.ParquetFile] = {}
+
+    def read(self, file: str, group: int, columns: list[str]) -> pa.Table:
+        if file not in self.files:
+            self.files[file] = pq.ParquetFile(file, read_dictionary=self.read_dictionary)
+        return self.files[file].read_row_group(group, columns=columns)
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -106,14 +134,14 @@ class HistoryFrames:
 
     def __init__(self, spark: SparkSession, parquet_path: str, shuffle_partitions: int):
         self.spark = spark
-        row_groups = pq.ParquetFile(parquet_path).metadata.num_row_groups
-        tasks = spark.range(0, row_groups, numPartitions=max(min(row_groups, shuffle_partitions), 1))
+        groups = row_groups(parquet_path)
+        tasks = spark.range(0, len(groups), numPartitions=max(min(len(groups), shuffle_partitions), 1))
 
         def read_assignments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            history = pq.ParquetFile(parquet_path, read_dictionary=["type", "f"])
+            history = RowGroupReader(["type", "f"])
             for batch in batches:
                 for row_group in batch.column("id").to_pylist():
-                    rows = history.read_row_group(row_group, columns=ASSIGNMENT_COLUMNS)
+                    rows = history.read(*groups[row_group], ASSIGNMENT_COLUMNS)
                     rows = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
                                                pc.is_in(rows["type"], pa.array(["ok", "info"]))))
                     yield from rows.cast(ASSIGNMENT_SCHEMA).to_batches()
@@ -122,10 +150,10 @@ class HistoryFrames:
         current = CurrentAssignment(self.assignments)
 
         def read_row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            history = pq.ParquetFile(parquet_path, read_dictionary=STRING_COLUMNS)
+            history = RowGroupReader(STRING_COLUMNS)
             for batch in batches:
                 for row_group in batch.column("id").to_pylist():
-                    rows = history.read_row_group(row_group, columns=READ_COLUMNS)
+                    rows = history.read(*groups[row_group], READ_COLUMNS)
                     yield _blob_batch(rows, row_group, current)
 
         self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
@@ -242,9 +270,9 @@ def _blob_batch(rows: pa.Table, row_group: int, current: CurrentAssignment) -> p
         partitions.append(partition)
         info_sends.append(0)
         payloads.append(to_ipc(polls))
-    return pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": pa.array(partitions, pa.int32()),
-                                       "row_group": pa.array([row_group] * len(kinds), pa.int32()),
-                                       "info_sends": pa.array(info_sends, pa.int64()), "payload": payloads})
+    return pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": partitions,
+                                       "row_group": [row_group] * len(kinds), "info_sends": info_sends,
+                                       "payload": payloads}, schema=BLOB_SCHEMA)
 
 
 def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table]]:

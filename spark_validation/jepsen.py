@@ -1,4 +1,4 @@
-"""Import a Jepsen Kafka history.edn into the kspec history schema (spec/history.py).
+"""Read a Jepsen Kafka history.edn into the kspec history schema (spec/history.py).
 
 Jepsen's shapes (research/jepsen.md section 1): an op is a map with :index :time
 :process :type :f :value. send/poll/txn values are micro-operations [:send k v] or
@@ -6,66 +6,361 @@ Jepsen's shapes (research/jepsen.md section 1): an op is a map with :index :time
 carry a vector of keys. Key k lives in topic "t{k // 2}", partition k % 2. Every field
 the schema has no column for (error, poll-ms, rebalance-log, nemesis values) is kept
 in the row's extra JSON.
+
+Jepsen writes one op map per line (bare, or inside one vector that spans the file);
+EdnRecords also reads maps spread over several lines. Both this module's in-process
+reader and the Spark import (jepsen_import.py) map records with HistoryRows, so they
+build the same table. A record that is not a Jepsen op raises JepsenError naming its line.
 """
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
-from spark_validation.edn import Keyword, read_all, to_json
-from spec.history import (ASSIGNMENT_FS, CLIENT_FS, NEMESIS_PROCESS, Op, Poll, Record, Send, ops_table,
-                          topic_partition, write_history)
+import pyarrow as pa
+
+from spark_validation.edn import EdnEndError, EdnError, Keyword, UnexpectedCloser, read_all, to_json
+from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA, NEMESIS_PROCESS, TYPES, Op, ops_from_table
 
 OP_FIELDS = ("index", "time", "process", "type", "f", "value")
+# what a client process of Jepsen's Kafka workload invokes (jepsen.tests.kafka); the nemesis may invoke anything
+CLIENT_PROCESS_FS = (*CLIENT_FS, *ASSIGNMENT_FS, "crash", "debug-topic-partitions")
+_TYPES = {t: t for t in TYPES}
 
 
-def jepsen_ops(records: list[dict]) -> list[Op]:
-    """Jepsen history records (EDN maps) as kspec Ops, completions paired with invocations."""
-    invoked_ns: dict[int, int] = {}
-    ops = []
-    for position, record in enumerate(records):
-        if not isinstance(record, dict) or "type" not in record:
-            raise ValueError(f"history record {position} is not a Jepsen op map: {str(record)[:80]}")
+class JepsenError(ValueError):
+    """A history.edn line that is not a Jepsen Kafka op."""
+
+    def __init__(self, line: int, problem: str):
+        super().__init__(f"line {line}: {problem}")
+        self.line, self.problem = line, problem
+
+
+class EdnRecords:
+    """The top-level maps of EDN text given line by line, with the line each starts on.
+
+    A leading "[" on the first form and the "]" that closes it are the vector Jepsen may
+    wrap the history in. A form left open at the end of a line continues on the next;
+    `open_line` is where a form still open (`pending`) starts.
+    """
+
+    def __init__(self, first_line: int = 1, at_file_start: bool = True):
+        self.line = first_line - 1
+        self.at_file_start = at_file_start
+        self.wrapper_opened = False
+        self.wrapper_closed_line: int | None = None
+        self.pending: list[str] = []
+        self.open_line: int | None = None
+
+    def records(self, lines: Iterable[str]) -> Iterator[tuple[int, dict]]:
+        for line in lines:
+            self.line += 1
+            if self.pending:
+                self.pending.append(line)
+                text = "\n".join(self.pending)
+            else:
+                stripped = line.lstrip(" \t\r\n,")
+                if not stripped or stripped[0] == ";":
+                    continue
+                if self.wrapper_closed_line is not None:
+                    raise JepsenError(self.line, f"content after the vector closed on line {self.wrapper_closed_line}")
+                if self.at_file_start:
+                    self.at_file_start = False
+                    if stripped[0] == "[":
+                        self.wrapper_opened, stripped = True, stripped[1:]
+                text, self.open_line = stripped, self.line
+            try:
+                forms = read_all(text)
+            except EdnEndError:
+                self.pending = self.pending or [text]
+                continue
+            except UnexpectedCloser as e:
+                forms = self._closing(text, e)
+            except EdnError as e:
+                raise JepsenError(self.open_line, str(e)) from None
+            self.pending = []
+            for form in forms:
+                if not isinstance(form, dict):
+                    raise JepsenError(self.open_line, f"expected an op map {{:index .. :type .. :f ..}}, "
+                                                      f"got {_shown(form)}")
+                yield self.open_line, form
+            self.open_line = None
+
+    def _closing(self, text: str, error: UnexpectedCloser) -> list:
+        """The forms before a final "]" that closes the vector around the history."""
+        body = text.rstrip(" \t\r\n,")
+        if not body.endswith("]"):
+            raise JepsenError(self.open_line, str(error)) from None
+        try:
+            forms = read_all(body[:-1])
+        except EdnError as e:
+            raise JepsenError(self.open_line, str(e)) from None
+        self.wrapper_closed_line = self.line
+        return forms
+
+
+class HistoryRows:
+    """Jepsen records mapped onto HISTORY_SCHEMA rows, appended column by column.
+
+    A completion is paired with the latest invocation of its process seen here. One whose
+    process has not been seen here yet is listed in `unresolved` (first row, rows, process):
+    when these records are a slice of a longer history, its invocation may lie before it.
+    `invoked_ns` is then what the slice leaves pending: process -> invocation time, or None.
+    """
+
+    def __init__(self):
+        self.columns: dict[str, list] = {name: [] for name in HISTORY_SCHEMA.names}
+        self.invoked_ns: dict[int, int | None] = {}
+        self.unresolved: list[tuple[int, int, int]] = []
+        self.records = 0
+        self.without_index = 0
+
+    @property
+    def rows(self) -> int:
+        return len(self.columns["rebalanced"])  # appended row by row; the per-record columns follow
+
+    def add(self, line: int, record: dict) -> None:
+        index = record.get("index")
+        if index is None:
+            index, self.without_index = self.records, self.without_index + 1
+        self.records += 1
+        _need(line, "index", index, int)
         process = record.get("process")
-        process = NEMESIS_PROCESS if isinstance(process, Keyword) else int(process)
-        kind, f = str(record["type"]), str(record.get("f"))
-        time_ns = int(record.get("time", 0))
-        if kind == "invoke":
-            invoked_ns[process] = time_ns
-        invoke_ns = time_ns if kind == "invoke" else invoked_ns.pop(process, None)
+        if isinstance(process, Keyword):
+            process = NEMESIS_PROCESS
+        else:
+            _need(line, "process", process, int)
+        kind = _TYPES.get(record["type"]) if isinstance(record.get("type"), Keyword) else None
+        if kind is None:
+            raise JepsenError(line, f":type must be one of :{' :'.join(TYPES)}, got {_shown(record.get('type'))}")
+        f = record.get("f")
+        if not isinstance(f, Keyword) or (process != NEMESIS_PROCESS and f not in CLIENT_PROCESS_FS):
+            raise JepsenError(line, f"unknown :f {_shown(f)} for process {process}; a client op's :f is one of "
+                                    f":{' :'.join(CLIENT_PROCESS_FS)}")
+        f = str(f)
+        time_ns = record.get("time", 0)
+        _need(line, "time", time_ns, int)
+        unresolved = kind != "invoke" and process not in self.invoked_ns
+        invoke_ns = time_ns if kind == "invoke" else self.invoked_ns.get(process)
+        self.invoked_ns[process] = time_ns if kind == "invoke" else None
         value = record.get("value")
         extra = {str(k): to_json(v) for k, v in record.items() if k not in OP_FIELDS}
-        mops, assignment = (), ()
-        if f in CLIENT_FS and isinstance(value, list):
-            mops = tuple(_mop(m) for m in value)
+        rebalance_log = record.get("rebalance-log") or ()
+        rebalanced = {_key(line, k) for event in rebalance_log for k in _rebalanced_keys(line, event)}
+        first_row = self.rows
+        if f in CLIENT_FS and value is not None:
+            if not isinstance(value, list):
+                raise JepsenError(line, f":value of a :{f} must be a vector of micro-operations, got {_shown(value)}")
+            for mop_index, mop in enumerate(value):
+                self._mop(line, mop_index, mop, rebalanced)
         elif f in ASSIGNMENT_FS and isinstance(value, list):
-            assignment = tuple(topic_partition(k) for k in value)
+            for k in value:
+                key = _key(line, k)
+                self._row(None, None, key, None, None, key in rebalanced)
         elif value is not None:
             extra["value"] = to_json(value)
-        rebalanced = frozenset(topic_partition(k) for event in record.get("rebalance-log") or ()
-                               for k in event.get("keys", ()))
-        ops.append(Op(int(record.get("index", position)), process, kind, f, time_ns, invoke_ns, mops, assignment,
-                      rebalanced, extra or None))
-    return ops
+        if self.rows == first_row:
+            self._row(None, None, None, None, None, False)
+        n = self.rows - first_row
+        c = self.columns
+        c["index"].extend([index] * n)
+        c["seq"].extend(range(n))
+        c["process"].extend([process] * n)
+        c["type"].extend([kind] * n)
+        c["f"].extend([f] * n)
+        c["time_ns"].extend([time_ns] * n)
+        c["invoke_time_ns"].extend([invoke_ns] * n)
+        c["extra"].append(json.dumps(extra, sort_keys=True) if extra else None)
+        c["extra"].extend([None] * (n - 1))
+        if unresolved:
+            self.unresolved.append((first_row, n, process))
+
+    def _row(self, mop_index, mop_f, key, value, offset, rebalanced: bool) -> None:
+        c = self.columns
+        c["mop_index"].append(mop_index)
+        c["mop_f"].append(mop_f)
+        c["topic"].append(None if key is None else f"t{key // 2}")
+        c["partition"].append(None if key is None else key % 2)
+        c["key"].append(key)
+        c["value"].append(value)
+        c["offset"].append(offset)
+        c["rebalanced"].append(rebalanced)
+
+    def _mop(self, line: int, mop_index: int, mop, rebalanced: set[int]) -> None:
+        f = mop[0] if isinstance(mop, list) and mop else None
+        if f == "send" and len(mop) == 3:
+            key, sent = _key(line, mop[1]), mop[2]
+            offset, value = sent if isinstance(sent, list) and len(sent) == 2 else (None, sent)
+            self._row(mop_index, "send", key, _value(line, value), _offset(line, offset), key in rebalanced)
+        elif f == "poll" and len(mop) <= 2:
+            polled = mop[1] if len(mop) == 2 and mop[1] is not None else {}
+            if not isinstance(polled, dict):
+                raise JepsenError(line, f"a poll's result must be a map of key to [[offset value] ...], "
+                                        f"got {_shown(polled)}")
+            if not polled:
+                self._row(mop_index, "poll", None, None, None, False)
+            for k, pairs in polled.items():
+                key = _key(line, k)
+                if not isinstance(pairs, (list, tuple)):
+                    raise JepsenError(line, f"key {key} of a poll must hold [[offset value] ...], got {_shown(pairs)}")
+                for pair in pairs:
+                    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                        raise JepsenError(line, f"a polled record must be [offset value], got {_shown(pair)}")
+                    self._row(mop_index, "poll", key, _value(line, pair[1]), _offset(line, pair[0]), key in rebalanced)
+        else:
+            raise JepsenError(line, f"unknown micro-operation {_shown(mop)}; expected [:send k v], [:send k [offset v]],"
+                                    f" [:poll] or [:poll {{k [[offset v] ...]}}]")
+
+    def table(self) -> pa.Table:
+        return pa.table({name: pa.array(column, HISTORY_SCHEMA.field(name).type)
+                         for name, column in self.columns.items()}, schema=HISTORY_SCHEMA)
 
 
-def _mop(mop: list) -> Send | Poll:
-    f = str(mop[0])
-    if f == "send":
-        key, sent = mop[1], mop[2]
-        offset, value = sent if isinstance(sent, list) else (None, sent)
-        return Send(Record(*topic_partition(key), key, value, offset))
-    if f == "poll":
-        polled = mop[1] if len(mop) > 1 and mop[1] is not None else {}
-        return Poll(tuple(Record(*topic_partition(k), k, v, o) for k, pairs in polled.items() for o, v in pairs))
-    raise ValueError(f"unknown micro-operation {mop!r}; expected [:send k v] or [:poll ...]")
+def _need(line: int, field: str, value, type_: type) -> None:
+    if type(value) is not type_:
+        raise JepsenError(line, f":{field} must be an integer, got {_shown(value)}")
+
+
+def _key(line: int, key) -> int:
+    if type(key) is not int or key < 0:
+        raise JepsenError(line, f"a key must be a non-negative integer, got {_shown(key)}")
+    return key
+
+
+def _value(line: int, value) -> int | None:
+    if value is not None and type(value) is not int:
+        raise JepsenError(line, f"a record value must be an integer, got {_shown(value)}")
+    return value
+
+
+def _offset(line: int, offset) -> int | None:
+    if offset is not None and type(offset) is not int:
+        raise JepsenError(line, f"an offset must be an integer or nil, got {_shown(offset)}")
+    return offset
+
+
+def _rebalanced_keys(line: int, event) -> list:
+    if not isinstance(event, dict):
+        raise JepsenError(line, f"a :rebalance-log entry must be a map with :keys, got {_shown(event)}")
+    return event.get("keys", ())
+
+
+def _shown(x) -> str:
+    text = "nil" if x is None else repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclass
+class RangeSummary:
+    """What the reading of one byte range of a history.edn tells the ranges after it (all small)."""
+    first_byte: int
+    records: int = 0
+    without_index: int = 0           # records whose :index is their position in the range
+    open_line: int | None = None     # a form still open at the end of the range starts here
+    wrapper_opened: bool = False     # the first form opened the vector around the history
+    wrapper_closed_line: int | None = None
+    error: tuple[int, str] | None = None              # (line, problem); lines count from the range's first
+    unresolved: list[tuple[int, int, int]] = field(default_factory=list)  # HistoryRows.unresolved
+    invoked_ns: list[tuple[int, int | None]] = field(default_factory=list)  # HistoryRows.invoked_ns
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RangeSummary":
+        return cls(**json.loads(text))
+
+
+def read_range(path: Path, start_byte: int, end_byte: int) -> tuple[HistoryRows, RangeSummary]:
+    """The records of the lines that start in [start_byte, end_byte) of a history.edn, and the summary."""
+    with open(path, "rb") as f:
+        if start_byte > 0:
+            f.seek(start_byte - 1)
+            f.readline()  # the rest of a line that started before this range
+        summary = RangeSummary(f.tell())
+        reader, rows = EdnRecords(at_file_start=start_byte == 0), HistoryRows()
+
+        def lines() -> Iterator[str]:
+            position = summary.first_byte
+            while position < end_byte:
+                raw = f.readline()
+                if not raw:
+                    return
+                position += len(raw)
+                yield raw.decode("utf-8")
+
+        try:
+            for line, record in reader.records(lines()):
+                rows.add(line, record)
+        except JepsenError as e:
+            summary.error = (e.line, e.problem)
+        except UnicodeDecodeError as e:
+            summary.error = (reader.line, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)")
+    summary.records, summary.without_index = rows.records, rows.without_index
+    summary.wrapper_opened = reader.wrapper_opened
+    summary.wrapper_closed_line = reader.wrapper_closed_line
+    summary.open_line = reader.open_line if reader.pending else None
+    summary.unresolved, summary.invoked_ns = rows.unresolved, list(rows.invoked_ns.items())
+    return rows, summary
+
+
+def read_whole_again(summaries: list[RangeSummary]) -> bool:
+    """Whether ranges read apart cannot be joined: a form crosses a range boundary (the next range
+    then starts inside it), or records without :index need their position in the whole file."""
+    if len(summaries) == 1:
+        return False
+    return any(s.open_line is not None for s in summaries[:-1]) or any(s.without_index for s in summaries)
+
+
+def first_problem(path: Path, summaries: list[RangeSummary]) -> JepsenError | None:
+    """The first bad line of a history read as these ranges (in file order), with its line in the file."""
+    closed = [(k, s.wrapper_closed_line) for k, s in enumerate(summaries) if s.wrapper_closed_line is not None]
+    problems = [(k, *s.error) for k, s in enumerate(summaries) if s.error]
+    last = summaries[-1]
+    if last.open_line is not None:
+        problems.append((len(summaries) - 1, last.open_line, "the file ends inside this form (truncated?)"))
+    if closed and not summaries[0].wrapper_opened:
+        problems.append((*closed[0], "unexpected ]"))
+    if closed and any(s.records for s in summaries[closed[0][0] + 1:]):
+        problems.append((closed[0][0] + 1, 1, "content after the vector that holds the history was closed"))
+    if summaries[0].wrapper_opened and not closed:
+        problems.append((0, 1, "the vector opened here, around the history, is never closed (truncated?)"))
+    if not problems:
+        return None
+    k, line, problem = min(problems)
+    return JepsenError(_lines_before(path, summaries[k].first_byte) + line, problem)
+
+
+def _lines_before(path: Path, end_byte: int) -> int:
+    count, chunk_bytes = 0, 1 << 24
+    with open(path, "rb") as f:
+        while f.tell() < end_byte:
+            count += f.read(min(chunk_bytes, end_byte - f.tell())).count(b"\n")
+    return count
+
+
+def invocations_across_ranges(summaries: list[RangeSummary]) -> list[list[tuple[int, int, int]]]:
+    """For each range, (first row, rows, invocation time) of the completions whose invocation is
+    in an earlier range: the invocations each range leaves pending, chained in file order."""
+    pending: dict[int, int | None] = {}
+    fixes = []
+    for s in summaries:
+        fixes.append([(row, n, pending[p]) for row, n, p in s.unresolved if pending.get(p) is not None])
+        pending.update(s.invoked_ns)
+    return fixes
+
+
+def read_edn_rows(path: Path) -> HistoryRows:
+    """Every record of a history.edn, read in this process as one range (jepsen_import.py reads
+    the same in parallel)."""
+    rows, summary = read_range(path, 0, Path(path).stat().st_size)
+    problem = first_problem(path, [summary])
+    if problem:
+        raise problem
+    return rows
 
 
 def read_edn_history(path: Path) -> list[Op]:
-    forms = read_all(Path(path).read_text())
-    records = forms[0] if len(forms) == 1 and isinstance(forms[0], list) else forms
-    return jepsen_ops(records)
-
-
-def import_edn(path: Path, parquet_path: Path) -> Path:
-    """Convert a Jepsen history.edn to a kspec history Parquet file."""
-    return write_history(ops_table(read_edn_history(path)), parquet_path)
+    return list(ops_from_table(read_edn_rows(Path(path)).table()))
