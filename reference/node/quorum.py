@@ -8,7 +8,7 @@ leader epoch is the Raft epoch, the record value is the metadata record as JSON)
 leader counts itself toward the high watermark, and a follower acknowledges with its next
 Fetch, only entries that are on its disk, and nothing is applied that is not (KafkaRaftClient
 flushes the leader's log before updating its own end offset, and a follower's before it
-fetches again). Every truncation truncates the Log first, and `persist` rewrites
+fetches again). Every truncation truncates the Log too, and `persist` rewrites
 `quorum-state` (epoch, voted-for) before the caller sends the outbox, as Raft requires (§5.2:
 a vote or an entry is durable before anyone hears of it).
 
@@ -90,10 +90,10 @@ class DurableRaftNode(RaftNode):
         super()._append(entries)
 
     def _truncate_to(self, offset: int) -> None:
+        super()._truncate_to(offset)  # first: its check that no committed entry goes comes before the disk's
         with self._durable_write("truncate"):
             self.metadata_log.truncate_to(offset)
             self.metadata_log.flush(0)
-        super()._truncate_to(offset)
 
     def persist(self, now_ms: int) -> None:
         """Make the vote durable; call before sending the outbox (the log is, as it is written)."""
