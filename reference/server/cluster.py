@@ -175,6 +175,7 @@ class ClusterServer(BrokerServer):
         self.acks = AcksPurgatory(self._notify)
         broker.acks_purgatory = self.acks
         broker.send_request = self._send_request
+        broker.raft.on_storage_failure = lambda reason: self.supervisor.stop_node(f"raft storage failed: {reason}")
         client_id = f"kspec-node-{broker.config.node_id}"
         self._voter_connections = {node_id: PeerConnection(host, port, client_id)
                                    for node_id, (host, port) in broker.voters.items()}
@@ -418,8 +419,7 @@ class ClusterServer(BrokerServer):
         """After any Raft input: persist, hand the outbox to the senders, replay what committed."""
         now = now_ms()
         raft = self.broker.raft
-        with self.broker.storage_io():  # the metadata log and quorum state: a failure stops the node
-            raft.persist(now)
+        raft.persist(now)  # quorum-state; a failure there, or on the metadata log, stops the node
         for destination, message in raft.take_outbox():
             if destination not in self._raft_queues:  # an observer: the answer rides on its pending request
                 answer = self._observer_fetches.pop(destination, None)

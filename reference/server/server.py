@@ -217,7 +217,8 @@ class BrokerServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         except Exception:
-            log.exception("closing connection from %s after an internal error", peer)
+            if not self.supervisor.failed.is_set():  # else the node is stopping for a reason already logged
+                log.exception("closing connection from %s after an internal error", peer)
         finally:
             connection.close()
             self.quotas.release(ip)

@@ -61,6 +61,8 @@ class Supervisor:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
+                if self.failed.is_set():
+                    return  # the node is stopping for a reason already logged (e.g. its raft storage failed)
                 log.exception("task %s failed (policy: %s)", name, policy.value)
                 if policy is Policy.STOP_NODE:
                     self.stop_node(f"task {name} failed: {error!r}")
