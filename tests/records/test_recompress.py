@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from reference.config import BrokerConfig
 from reference.protocol.compression import CompressionType, decompress
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import (TIMESTAMP_TYPE_CREATE_TIME, Record, RecordBatch, build_batch, iter_batches,
@@ -86,3 +87,11 @@ def test_recompress_keeps_control_and_header_fields():
     assert rebuilt.is_control and rebuilt.is_transactional and rebuilt.crc_is_valid()
     assert (rebuilt.base_offset, rebuilt.producer_id, rebuilt.records_count) == (9, 3, 1)
     assert rebuilt.compression == CompressionType.NONE and rebuilt.records() == control.records()
+
+
+def test_the_broker_property_compression_type_is_the_topics_default():
+    defaults = BrokerConfig.from_properties({"compression.type": "zstd"}).topic_defaults()
+    assert LogConfig.from_properties(defaults).target_compression == CompressionType.ZSTD
+    assert LogConfig.from_properties({**defaults, "compression.type": "producer"}).target_compression is None
+    with pytest.raises(ValueError, match="compression.type must be one of"):
+        BrokerConfig.from_properties({"compression.type": "brotli"})
