@@ -29,6 +29,7 @@ TOPIC_DEFAULT_SYNONYMS = {
     "log.cleaner.delete.retention.ms": "delete.retention.ms",
     "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "compression.type": "compression.type",  # the broker property has the topic config's name
 }
 
 
@@ -69,6 +70,7 @@ class BrokerConfig:
     log_cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
     log_message_timestamp_type: str = "CreateTime"
+    compression_type: str = "producer"  # compression.type: the codec topics store batches in by default
     log_flush_interval_messages: int = 2**63 - 1
     log_flush_interval_ms: int = 2**63 - 1
     log_flush_scheduler_interval_ms: int = 1000
@@ -181,6 +183,8 @@ class BrokerConfig:
             (self.max_connections_per_ip >= 0, "max.connections.per.ip must be >= 0"),
             (self.connections_max_idle_ms >= 1, "connections.max.idle.ms must be >= 1"),
             (self.fetch_max_bytes >= 0, "fetch.max.bytes must be >= 0"),
+            (self.compression_type in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+             "compression.type must be one of uncompressed, zstd, lz4, snappy, gzip, producer"),
             (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
             (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),

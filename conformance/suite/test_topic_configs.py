@@ -7,15 +7,20 @@ that accepts a value Kafka refuses stores a topic Kafka could not. A valid value
 config is accepted (with validate_only first, which creates nothing) and read back by
 DescribeConfigs; each bad value Kafka's LogConfig refuses (out of range, not in its
 enumeration, not a boolean, min.compaction.lag.ms above max.compaction.lag.ms, an unknown
-name) is INVALID_CONFIG in all three requests.
+name) is INVALID_CONFIG in all three requests. compression.type is honoured, not only stored:
+a batch produced in another codec is served by Fetch in the topic's codec (LogValidator
+recompresses it), records intact, and `uncompressed` serves it uncompressed.
 """
 from __future__ import annotations
 
 import pytest
 
+from conformance import ops
 from conformance.ops import expect
+from conformance.target import TopicSetupFailed
 from conformance.wire import answered_entry, error_name, request_name
 from reference.protocol.api_keys import ApiKey
+from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode
 
 COLUMN = "wire"
@@ -26,6 +31,7 @@ DESCRIBE_CONFIGS_RANGE = (1, 4)
 TOPIC_RESOURCE = 2  # ConfigResource type
 SET = 0  # IncrementalAlterConfigs operation
 TIMEOUT_MS = 30_000
+FETCH_ZSTD_VERSION = 10  # KIP-110: Fetch below v10 may not carry zstd batches
 
 # A valid value, other than the default where Kafka allows one without tiered storage or a
 # throttle rate, for every topic config of Kafka 4.x (TopicConfig, LogConfig.configNames()).
@@ -165,3 +171,30 @@ def test_a_value_kafka_refuses_is_invalid_config_in_every_config_request(case, t
     wrong = {api: error_name(a.error_code) for api, a in answers.items() if a.error_code != ErrorCode.INVALID_CONFIG}
     expect(not wrong, f"INVALID_CONFIG (40) for {configs} in CreateTopics, AlterConfigs and IncrementalAlterConfigs, "
            "as Kafka's LogConfig validation answers", ", ".join(f"{api} {seen}" for api, seen in wrong.items()))
+
+
+@pytest.mark.guarantee("RET-1")
+@pytest.mark.parametrize("topic_codec,produced_codec", [("zstd", CompressionType.LZ4),
+                                                        ("zstd", CompressionType.NONE),
+                                                        ("uncompressed", CompressionType.GZIP)])
+def test_compression_type_is_the_codec_fetch_serves(topic_codec, produced_codec, target):
+    caps = target.capabilities
+    caps.require("compression.type", ApiKey.CREATE_TOPICS, ApiKey.PRODUCE, ApiKey.FETCH)
+    caps.version_or_skip(ApiKey.FETCH, FETCH_ZSTD_VERSION)
+    try:
+        topic = target.create_topic(f"compression-{topic_codec}", configs={"compression.type": topic_codec})
+    except TopicSetupFailed as e:
+        pytest.skip(f"the broker does not take compression.type={topic_codec}: {e}")
+    values = [b"value-%02d " % i * 8 for i in range(20)]
+    with target.leader_wire(topic) as wire:
+        produced = ops.produce(wire, caps, topic, ops.values_batch(values, compression=produced_codec))
+        expect(produced.error_code == ErrorCode.NONE, f"a {produced_codec.name} batch to be accepted",
+               error_name(produced.error_code))
+        batches = ops.read_batches(wire, caps, topic)
+    wanted = CompressionType.NONE if topic_codec == "uncompressed" else CompressionType[topic_codec.upper()]
+    codecs = sorted(CompressionType(batch.compression).name for batch in batches)
+    expect(codecs == [wanted.name], f"one batch in codec {wanted.name} (attributes bits 0-2) for "
+           f"compression.type={topic_codec}, produced as {produced_codec.name}", codecs)
+    stored = [record.value for batch in batches for record in batch.records()]
+    expect(stored == values and all(batch.crc_is_valid() for batch in batches),
+           "the records intact under a valid CRC", f"{len(stored)} records")

@@ -9,6 +9,7 @@ acks_all_status settles (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTE
 NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms. From v10 a
 NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows (handlers/leader_epoch.py).
 A transactional batch is first checked against its transaction (handlers/transactions.py).
+A zstd batch needs Produce v7+ (KIP-110): older versions get UNSUPPORTED_COMPRESSION_TYPE.
 A batch refused for some of its records (protocol/validator.py) names them in record_errors,
 with error_message saying why (KIP-467): the producer fails those and may retry the rest.
 """
@@ -21,10 +22,13 @@ from reference.handlers.leader_epoch import current_leader
 from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
+from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.records import RecordBatch, iter_batches
 from reference.protocol.validator import RecordValidationError
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+ZSTD_MIN_VERSION = 7  # KIP-110: clients that can read zstd send Produce v7+
 CURRENT_LEADER_VERSION = 10  # Produce answers carry CurrentLeader and NodeEndpoints from v10 (KIP-951)
 NO_OFFSET = -1
 NO_TIMESTAMP = -1
@@ -62,6 +66,8 @@ def _produce(broker: Broker, request, context: RequestContext):
             try:
                 if topic_error:
                     raise topic_error
+                if context.api_version < ZSTD_MIN_VERSION:
+                    _refuse_zstd(partition_data.records)
                 response, required_offset = _append(broker, request.acks, topic_partition,
                                                     partition_data.records, request.transactional_id, context.now_ms)
             except KafkaError as e:
@@ -94,6 +100,14 @@ async def _await_replication(broker: Broker, context: RequestContext, response: 
             partition_response.update(error_code=error, error_message=error.name)
             _name_the_leader(broker, context, partition_response, topic_partition, leader_endpoints)
     return {**response, "node_endpoints": list(leader_endpoints.values())}
+
+
+def _refuse_zstd(records) -> None:
+    """As Kafka's ProduceRequest.validateRecords: zstd before Produce v7 is UNSUPPORTED_COMPRESSION_TYPE."""
+    batch = next(iter_batches(records or b""), None)
+    if isinstance(batch, RecordBatch) and batch.compression == CompressionType.ZSTD:
+        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                         f"zstd-compressed batches need Produce v{ZSTD_MIN_VERSION} or later")
 
 
 def _record_errors(error: KafkaError) -> list[dict]:

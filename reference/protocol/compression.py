@@ -10,6 +10,9 @@ zstd use `cramjam`. What goes on the wire for each, as Kafka's clients write it:
 - lz4: the LZ4 frame format (magic 0x184D2204), as KafkaLZ4BlockOutputStream writes it
   for magic 1 and 2 (KIP-57 fixed the frame header checksum that magic 0 got wrong).
 - zstd: a zstd frame (KIP-110, needs Produce v7+).
+
+`compress` takes a level as the topic configs compression.gzip.level, compression.lz4.level
+and compression.zstd.level give it (KIP-390); none gives each codec's default.
 """
 from __future__ import annotations
 
@@ -31,6 +34,9 @@ class CompressionType(IntEnum):
     ZSTD = 4
 
 
+GZIP_LEVEL_DEFAULT = 6  # what zlib makes of Java's Deflater.DEFAULT_COMPRESSION (-1)
+LZ4_LEVEL_DEFAULT = 9  # compression.lz4.level's default
+ZSTD_LEVEL_DEFAULT = 3  # compression.zstd.level's default (zstd's own)
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
 XERIAL_VERSION = 1
@@ -38,19 +44,21 @@ XERIAL_BLOCK_BYTES = 32 * 1024  # SnappyOutputStream's default block size
 _INT32 = struct.Struct(">i")
 
 
-def compress(compression: int, data: bytes | memoryview) -> bytes:
-    """Compress `data` as Kafka's Java client does for codec id `compression`."""
+def compress(compression: int, data: bytes | memoryview, level: int | None = None) -> bytes:
+    """Compress `data` as Kafka's Java client does for codec id `compression`, at `level`
+    (gzip -1 and None are the codec's default; snappy has no level)."""
     match compression:
         case CompressionType.NONE:
             return bytes(data)
         case CompressionType.GZIP:
-            return gzip.compress(data, compresslevel=6, mtime=0)
+            gzip_level = GZIP_LEVEL_DEFAULT if level is None or level == -1 else level
+            return gzip.compress(data, compresslevel=gzip_level, mtime=0)
         case CompressionType.SNAPPY:
             return _xerial_snappy_compress(data)
         case CompressionType.LZ4:
-            return bytes(cramjam.lz4.compress(data))
+            return bytes(cramjam.lz4.compress(data, level=LZ4_LEVEL_DEFAULT if level is None else level))
         case CompressionType.ZSTD:
-            return bytes(cramjam.zstd.compress(data))
+            return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL_DEFAULT if level is None else level))
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec id {compression}")
 
 

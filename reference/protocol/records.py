@@ -453,6 +453,22 @@ def rebuild_batch(batch: RecordBatch, records: Sequence[Record], *, delete_horiz
                          base_sequence=batch.base_sequence, partition_leader_epoch=batch.partition_leader_epoch)
 
 
+def recompress(batch: RecordBatch, records_body: bytes, compression: int, level: int | None = None) -> bytearray:
+    """`batch` with its records (`records_body`, already decompressed) compressed with codec
+    `compression` at `level` instead, as Kafka's LogValidator writes a produced batch whose codec
+    is not the topic's compression.type. The records are kept byte for byte; the header keeps
+    base offset, leader epoch, producer id, epoch and base sequence, timestamps, the other
+    attributes (timestamp type, transactional, control) and counts; the CRC is computed anew."""
+    payload = compress(compression, records_body, level) if compression != CompressionType.NONE else records_body
+    out = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
+    out[:RECORD_BATCH_OVERHEAD] = batch.buffer[:RECORD_BATCH_OVERHEAD]
+    out[RECORD_BATCH_OVERHEAD:] = payload
+    _INT32.pack_into(out, LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
+    _INT16.pack_into(out, ATTRIBUTES_OFFSET, (batch.attributes & ~COMPRESSION_MASK) | compression)
+    _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return out
+
+
 def _encode_batch(records: Sequence[Record], offset_deltas: Sequence[int], *, base_offset: int,
                   last_offset_delta: int, attributes: int, base_timestamp: int, max_timestamp: int,
                   producer_id: int, producer_epoch: int, base_sequence: int, partition_leader_epoch: int) -> bytes:

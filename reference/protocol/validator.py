@@ -14,7 +14,9 @@ records themselves, as Kafka's LogValidator does (validateMessagesAndAssignOffse
   message.timestamp.type=CreateTime, a timestamp more than message.timestamp.before.max.ms
   before or message.timestamp.after.max.ms after the broker's clock (INVALID_TIMESTAMP;
   KIP-937 split message.timestamp.difference.max.ms into the two).
-Any error refuses the whole batch: nothing of it is stored. A producer that gets per-record
+Any error refuses the whole batch: nothing of it is stored. The records, decompressed, are
+returned, so a batch the topic's compression.type wants in another codec is recompressed
+from them without a second decompression (records.recompress). A producer that gets per-record
 errors fails exactly those records and may send the others again (KIP-467).
 
 The walk reads each record's varints and skips its key, value and headers without copying
@@ -66,9 +68,10 @@ class RecordValidationError(KafkaError):
         self.record_errors = record_errors
 
 
-def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) -> None:
+def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) -> bytes:
     """Walk every record of `batch` (already checked by validate_produce); raise KafkaError
-    (RecordValidationError where Kafka names the records) if the batch may not be stored."""
+    (RecordValidationError where Kafka names the records) if the batch may not be stored.
+    Returns the records' bytes, decompressed."""
     body = batch.buffer[RECORD_BATCH_OVERHEAD : batch.size_bytes]
     if batch.compression == CompressionType.NONE:
         body = bytes(body)
@@ -153,6 +156,7 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     if record_errors:
         raise RecordValidationError(ErrorCode.INVALID_TIMESTAMP if timestamp_errors else ErrorCode.INVALID_RECORD,
                                     record_errors)
+    return body
 
 
 def _timestamp_error(record_errors: list[tuple[int, str]], index: int, timestamp_ms: int, earliest_ms: int,

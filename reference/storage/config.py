@@ -5,14 +5,15 @@ rejects bad values with KafkaError(INVALID_CONFIG) naming the key; `to_propertie
 inverse, for DescribeConfigs. Every topic config Kafka 4.x documents is here, with Kafka's
 default and Kafka's validation (ranges, enumerations, booleans, min.compaction.lag.ms <=
 max.compaction.lag.ms); the ones whose feature the reference lacks (tiered storage,
-replication throttles, preallocation, the compression levels and compression.type, since
-batches are stored as the producer compressed them) are accepted and described, and
-remote.storage.enable=true is refused as Kafka refuses it on a broker without tiered storage.
+replication throttles, preallocation) are accepted and described, and remote.storage.enable=true
+is refused as Kafka refuses it on a broker without tiered storage. compression.type other than
+`producer` has the leader recompress produced batches into that codec (storage/log.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
 
 LONG_MAX = (1 << 63) - 1
@@ -119,6 +120,19 @@ class LogConfig:
         """How old the active segment may grow: segment.ms, and for a compacted log no older than
         max.compaction.lag.ms, so its records become cleanable in time (KIP-354)."""
         return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
+
+    @property
+    def target_compression(self) -> CompressionType | None:
+        """The codec compression.type stores batches in; None for `producer`: as they came."""
+        if self.compression_type == "producer":
+            return None
+        return CompressionType.NONE if self.compression_type == "uncompressed" else CompressionType[self.compression_type.upper()]
+
+    @property
+    def compression_level(self) -> int | None:
+        """compression.gzip.level, .lz4.level or .zstd.level for the target codec (KIP-390)."""
+        return {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                "zstd": self.compression_zstd_level}.get(self.compression_type)
 
     @property
     def log_append_time(self) -> bool:

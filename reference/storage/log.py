@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, validate_produce
+from reference.protocol.records import (NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, recompress,
+                                       validate_produce)
 from reference.protocol.validator import ValidationRules, validate_records
 from reference.storage.config import LogConfig
 from reference.storage.atomic import fsync_directory, replace_file
@@ -273,7 +274,10 @@ class Log:
             batch = self._check_marker(records)
         else:
             (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
-            validate_records(batch, self.validation_rules, now_ms)
+            records_body = validate_records(batch, self.validation_rules, now_ms)
+            target = self.config.target_compression
+            if target is not None and target != batch.compression:
+                batch = self._recompressed(batch, records_body, target)
         if batch.producer_id >= 0 and not batch.is_control:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:
@@ -297,6 +301,16 @@ class Log:
         return LogAppendInfo(appended.base_offset, appended.last_offset,
                              now_ms if log_append_time_ms is not None else -1,
                              self._log_start_offset, appended.records_count)
+
+    def _recompressed(self, batch: RecordBatch, records_body: bytes, target: int) -> RecordBatch:
+        """The batch in the topic's compression.type codec, as Kafka's LogValidator rebuilds
+        it; the rebuilt batch must still fit max.message.bytes (MESSAGE_TOO_LARGE)."""
+        rebuilt = RecordBatch(recompress(batch, records_body, target, self.config.compression_level))
+        if rebuilt.size_bytes > self.config.max_message_bytes:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, f"the batch recompressed as compression.type="
+                             f"{self.config.compression_type} is {rebuilt.size_bytes} bytes, over "
+                             f"max.message.bytes={self.config.max_message_bytes}")
+        return rebuilt
 
     def _check_marker(self, records: bytes | memoryview) -> RecordBatch:
         """A transaction marker: one transactional control batch with one record, CRC valid,
