@@ -87,6 +87,11 @@ class BrokerConfig:
     group_max_size: int = 2**31 - 1
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
+    # The range a group's own consumer.session.timeout.ms / consumer.heartbeat.interval.ms may take (KIP-848).
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
     # Transaction coordinator (reference/transaction/); Kafka's default partition count is 50.
     transaction_state_log_num_partitions: int = 8
     transaction_state_log_replication_factor: int = 3  # capped by the brokers alive when the topic is created

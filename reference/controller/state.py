@@ -42,6 +42,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 NO_LEADER = -1
 UNCLEAN_ELECTION_CONFIG = "unclean.leader.election.enable"
 TOPIC_RESOURCE = 2
+GROUP_RESOURCE = 32  # a group's configs (Kafka 4.0, KIP-848's GroupConfig)
 
 log = logging.getLogger("kspec.controller")
 
@@ -94,6 +95,7 @@ class ControllerState:
     brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
     topics: dict[uuid.UUID, TopicState] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> its overrides
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)  # active controller's memory only
     leader_balance_due_ms: int | None = None  # active controller's memory only
 
@@ -134,13 +136,13 @@ class ControllerState:
                 partition.leader_epoch += 1
             partition.partition_epoch += 1
             assert partition.leader == NO_LEADER or partition.leader in partition.isr, partition
+        elif kind == "ConfigRecord" and record["resource_type"] == GROUP_RESOURCE:
+            apply_config_record(self.group_configs.setdefault(record["resource_name"], {}), record)
+            if not self.group_configs[record["resource_name"]]:
+                del self.group_configs[record["resource_name"]]
         elif kind == "ConfigRecord":
             assert record["resource_type"] == TOPIC_RESOURCE, record
-            configs = self.topics[self.topic_ids[record["resource_name"]]].configs
-            if record["value"] is None:
-                configs.pop(record["name"], None)
-            else:
-                configs[record["name"]] = record["value"]
+            apply_config_record(self.topics[self.topic_ids[record["resource_name"]]].configs, record)
         elif kind == "RemoveTopicRecord":
             topic = self.topics.pop(uuid.UUID(record["topic_id"]))
             del self.topic_ids[topic.name]
@@ -164,6 +166,9 @@ class ControllerState:
             records += [partition.to_record(topic.topic_id, index) for index, partition in sorted(topic.partitions.items())]
             records += [{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": topic.name,
                          "name": name, "value": value} for name, value in sorted(topic.configs.items())]
+        for group_id, configs in sorted(self.group_configs.items()):
+            records += [{"type": "ConfigRecord", "resource_type": GROUP_RESOURCE, "resource_name": group_id,
+                         "name": name, "value": value} for name, value in sorted(configs.items())]
         return records
 
     # ------------------------------------------------------------ brokers
@@ -400,3 +405,11 @@ class ControllerState:
 def _controlled_shutdown_record(broker: BrokerRegistration) -> dict:
     return {"type": "BrokerRegistrationChangeRecord", "broker_id": broker.broker_id,
             "broker_epoch": broker.broker_epoch, "in_controlled_shutdown": True}
+
+
+def apply_config_record(configs: dict[str, str], record: dict) -> None:
+    """A ConfigRecord sets its config (a value) or removes it (a null value)."""
+    if record["value"] is None:
+        configs.pop(record["name"], None)
+    else:
+        configs[record["name"]] = record["value"]

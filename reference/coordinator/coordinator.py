@@ -5,7 +5,10 @@ groups (consumer.py) share one namespace of group ids and one offsets store; the
 group is fixed by the first protocol that uses it, and an empty group may switch type.
 Committed offsets and group metadata are written as records to the group's partition of
 `__consumer_offsets` (records.py) and the in-memory state is rebuilt by `replay`ing them
-in log order on start, so nothing is kept only in memory (GRP-2).
+in log order on start, so nothing is kept only in memory (GRP-2). A KIP-848 group's session
+timeout and heartbeat interval are its own group configs (Kafka 4.0's GroupConfig, set with
+IncrementalAlterConfigs and kept in the metadata log) over the broker's; the caller gives
+them as `group_configs`, read afresh at every heartbeat.
 
 Sans-IO: the caller passes `now_ms`, a seeded `random.Random` for member ids, and the topic
 metadata the KIP-848 assignors need; every mutating call returns Effects (records to
@@ -13,10 +16,11 @@ append first, then replies to send).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from reference.coordinator.assignors import TopicMetadata
 from reference.coordinator.classic import (
@@ -59,12 +63,22 @@ class OffsetCommit:
 
 
 class GroupCoordinator:
-    def __init__(self, config: GroupCoordinatorConfig, rng: random.Random, now_ms: int) -> None:
+    def __init__(self, config: GroupCoordinatorConfig, rng: random.Random, now_ms: int,
+                 group_configs: Callable[[str], Mapping[str, str]] = lambda group_id: {}) -> None:
         self.config = config
+        self.group_configs = group_configs  # group id -> its group config overrides
         self.rng = rng
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self._last_retention_check_ms = now_ms
+
+    def consumer_config_for(self, group_id: str) -> ConsumerGroupConfig:
+        """A KIP-848 group's configs: its consumer.* group configs over the broker's group.consumer.*."""
+        overrides, defaults = self.group_configs(group_id), self.config.consumer
+        return dataclasses.replace(
+            defaults,
+            session_timeout_ms=int(overrides.get("consumer.session.timeout.ms", defaults.session_timeout_ms)),
+            heartbeat_interval_ms=int(overrides.get("consumer.heartbeat.interval.ms", defaults.heartbeat_interval_ms)))
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
@@ -145,6 +159,7 @@ class GroupCoordinator:
                 group = ConsumerGroup(group_id, self.partition_for(group_id), self.config.consumer,
                                       state_timestamp_ms=now_ms)
                 self.groups[group_id] = group
+            group.config = self.consumer_config_for(group_id)
             response = group.heartbeat(
                 member_id=member_id, member_epoch=member_epoch, instance_id=instance_id, rack_id=rack_id,
                 rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names,
@@ -341,7 +356,8 @@ class GroupCoordinator:
             else:
                 group = self.groups.get(key.group_id)
                 if not isinstance(group, ConsumerGroup):
-                    group = ConsumerGroup(key.group_id, self.partition_for(key.group_id), self.config.consumer,
+                    group = ConsumerGroup(key.group_id, self.partition_for(key.group_id),
+                                          self.consumer_config_for(key.group_id),
                                           state_timestamp_ms=now_ms)
                     self.groups[key.group_id] = group
                 group.load(decode_consumer_group_value(value_bytes))

@@ -4,10 +4,11 @@ A topic's effective config is its overrides (stored as ConfigRecords in the meta
 over the broker's defaults, which come from the command line or Kafka's defaults. Each
 entry says where its value came from (config_source) and, when asked, lists its synonyms
 in precedence order (KIP-226): topic override, broker property, Kafka default. Broker
-configs are described but not altered: they are static, read at start. So are a group's
-configs (Kafka 4.0's GROUP resource, KIP-848): consumer.session.timeout.ms and
-consumer.heartbeat.interval.ms are described with the broker's group.consumer.* values, the
-same for every group, and IncrementalAlterConfigs of a group says they are static here.
+configs are described but not altered: they are static, read at start. A group's configs
+(Kafka 4.0's GROUP resource, KIP-848's GroupConfig) are consumer.session.timeout.ms and
+consumer.heartbeat.interval.ms: a group's own value (a GROUP ConfigRecord in the metadata log,
+source DYNAMIC_GROUP_CONFIG) over the broker's group.consumer.* value, and a group's own value
+must lie within the broker's group.consumer.min/max.* bounds.
 """
 from __future__ import annotations
 
@@ -17,11 +18,10 @@ from dataclasses import fields
 from reference.config import TOPIC_DEFAULT_SYNONYMS, BrokerConfig
 from reference.handlers.context import RequestContext
 from reference.node.broker import Broker
-from reference.node.metadata import BROKER_RESOURCE, TOPIC_RESOURCE
+from reference.node.metadata import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.storage.config import BOOLEAN_CONFIGS, LogConfig
 
-GROUP_RESOURCE = 32  # ConfigResource.Type.GROUP (Kafka 4.0)
 # A group config -> the broker config that gives its value (GroupConfig's defaults).
 GROUP_CONFIG_SYNONYMS = {"consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
                          "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms"}
@@ -29,6 +29,7 @@ GROUP_CONFIG_SYNONYMS = {"consumer.session.timeout.ms": "group.consumer.session.
 TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_GROUP_CONFIG = 8
 # DescribeConfigsResponse ConfigType (KIP-569).
 CONFIG_TYPE_BOOLEAN, CONFIG_TYPE_STRING, CONFIG_TYPE_INT, CONFIG_TYPE_LONG, CONFIG_TYPE_DOUBLE, CONFIG_TYPE_LIST = (
     1, 2, 3, 5, 6, 7)
@@ -61,8 +62,8 @@ def handle_describe_configs(broker: Broker, request, context: RequestContext) ->
                 result["configs"] = _describe_broker_configs(broker, resource.configuration_keys,
                                                              request.include_synonyms)
             elif resource.resource_type == GROUP_RESOURCE:
-                result["configs"] = _describe_group_configs(broker, resource.configuration_keys,
-                                                            request.include_synonyms)
+                result["configs"] = _describe_group_configs(broker, resource.resource_name,
+                                                            resource.configuration_keys, request.include_synonyms)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
         except KafkaError as e:
@@ -114,8 +115,9 @@ def _describe_broker_configs(broker: Broker, keys, include_synonyms: bool) -> li
     return entries
 
 
-def _describe_group_configs(broker: Broker, keys, include_synonyms: bool) -> list[dict]:
-    """A group's configs: the broker's group.consumer.* values, which every group has here."""
+def _describe_group_configs(broker: Broker, group_id: str, keys, include_synonyms: bool) -> list[dict]:
+    """A group's configs: its own values over the broker's group.consumer.* values."""
+    overrides = broker.image.group_configs.get(group_id, {})
     defaults = BrokerConfig()
     entries = []
     for name, broker_key in GROUP_CONFIG_SYNONYMS.items():
@@ -123,14 +125,47 @@ def _describe_group_configs(broker: Broker, keys, include_synonyms: bool) -> lis
             continue
         field_name = broker_key.replace(".", "_")
         value, default = getattr(broker.config, field_name), getattr(defaults, field_name)
-        source = DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG
+        synonyms = [{"name": broker_key, "value": _text(value),
+                     "source": DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG}]
+        if name in overrides:
+            synonyms.insert(0, {"name": name, "value": overrides[name], "source": DYNAMIC_GROUP_CONFIG})
         entries.append({
-            "name": name, "value": _text(value), "read_only": True, "config_source": source,
-            "is_default": source == DEFAULT_CONFIG, "is_sensitive": False,
-            "synonyms": [{"name": broker_key, "value": _text(value), "source": source}] if include_synonyms else [],
-            "config_type": CONFIG_TYPE_INT, "documentation": None,
+            "name": name, "value": synonyms[0]["value"], "read_only": False, "config_source": synonyms[0]["source"],
+            "is_default": synonyms[0]["source"] == DEFAULT_CONFIG, "is_sensitive": False,
+            "synonyms": synonyms if include_synonyms else [], "config_type": CONFIG_TYPE_INT, "documentation": None,
         })
     return entries
+
+
+def _check_group_configs(broker: Broker, names, overrides: dict[str, str]) -> None:
+    """A group's own values: known names, integers within the broker's group.consumer.min/max.* bounds,
+    and a heartbeat interval below the session timeout (GroupConfig.validate); KafkaError(INVALID_CONFIG)."""
+    unknown = sorted(set(names) - set(GROUP_CONFIG_SYNONYMS))
+    if unknown:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown group config(s) {', '.join(unknown)}; a group has "
+                         f"{', '.join(GROUP_CONFIG_SYNONYMS)}")
+    config = broker.config
+    bounds = {"consumer.session.timeout.ms": (config.group_consumer_min_session_timeout_ms,
+                                              config.group_consumer_max_session_timeout_ms),
+              "consumer.heartbeat.interval.ms": (config.group_consumer_min_heartbeat_interval_ms,
+                                                 config.group_consumer_max_heartbeat_interval_ms)}
+    effective = {}
+    for name, broker_key in GROUP_CONFIG_SYNONYMS.items():
+        if name not in overrides:
+            effective[name] = getattr(config, broker_key.replace(".", "_"))
+            continue
+        try:
+            effective[name] = int(overrides[name])
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}={overrides[name]!r} is not an integer") from None
+        low, high = bounds[name]
+        if not low <= effective[name] <= high:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{name}={effective[name]} is outside [{low}, {high}], the "
+                             f"broker's {broker_key.replace('group.consumer.', 'group.consumer.min.')} and "
+                             f"{broker_key.replace('group.consumer.', 'group.consumer.max.')}")
+    if effective["consumer.heartbeat.interval.ms"] >= effective["consumer.session.timeout.ms"]:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "consumer.heartbeat.interval.ms must be less than "
+                         "consumer.session.timeout.ms")
 
 
 def handle_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
@@ -163,15 +198,24 @@ def _alter(broker: Broker, resource, changes_for, validate_only: bool, now_ms: i
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "broker configs are static here: set them with --config or --set at start")
         if resource.resource_type == GROUP_RESOURCE:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, "group configs are static here: every group has the "
-                             "broker's group.consumer.* values, set with --config or --set at start")
-        if resource.resource_type != TOPIC_RESOURCE:
+            _alter_group(broker, resource.resource_name, changes_for, validate_only, now_ms)
+        elif resource.resource_type != TOPIC_RESOURCE:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"resource type {resource.resource_type} has no configs here")
-        topic = broker.topic(resource.resource_name)
-        broker.alter_topic_configs(topic.name, changes_for(dict(topic.configs)), validate_only, now_ms)
+        else:
+            topic = broker.topic(resource.resource_name)
+            broker.alter_topic_configs(topic.name, changes_for(dict(topic.configs)), validate_only, now_ms)
     except KafkaError as e:
         response.update(error_code=e.code, error_message=e.message or None)
     return response
+
+
+def _alter_group(broker: Broker, group_id: str, changes_for, validate_only: bool, now_ms: int) -> None:
+    if not group_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "a GROUP config resource needs a group id")
+    current = dict(broker.image.group_configs.get(group_id, {}))
+    changes = changes_for(current)
+    _check_group_configs(broker, changes, {name: value for name, value in {**current, **changes}.items() if value is not None})
+    broker.alter_group_configs(group_id, changes, validate_only, now_ms)
 
 
 def _operation(broker: Broker, current: dict[str, str], config) -> str | None:

@@ -63,7 +63,7 @@ class GroupNode:
             consumer=ConsumerGroupConfig(
                 session_timeout_ms=config.group_consumer_session_timeout_ms,
                 heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms),
-        ), random.Random(), now_ms)
+        ), random.Random(), now_ms, group_configs=lambda group_id: broker.image.group_configs.get(group_id, {}))
         self.loaded: dict[int, int] = {}  # offsets partition -> the leader epoch it was loaded in
         self.leading: set[int] = set()
         self.waiting: dict[int, set[asyncio.Future]] = {}  # JoinGroup/SyncGroup replies, by offsets partition

@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from reference.config import BrokerConfig, read_properties_file
-from reference.node.metadata import TOPIC_RESOURCE, MetadataImage, TopicImage
+from reference.node.metadata import GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage, TopicImage
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
@@ -198,6 +198,15 @@ class Broker:
         self._commit([self._config_record(name, key, value) for key, value in sorted(configs.items())], now_ms)
         for index in range(topic.partition_count):
             self.partitions[TopicPartition(name, index)].log.config = log_config
+
+    def alter_group_configs(
+        self, group_id: str, configs: dict[str, str | None], validate_only: bool, now_ms: int,
+    ) -> None:
+        """Set (value) or remove (None) a group's config overrides, already validated, all or none."""
+        if validate_only or not configs:
+            return
+        self._commit([{"type": "ConfigRecord", "resource_type": GROUP_RESOURCE, "resource_name": group_id,
+                       "name": key, "value": value} for key, value in sorted(configs.items())], now_ms)
 
     def log_config(self, overrides: dict[str, str]) -> LogConfig:
         """The LogConfig of a topic with these overrides over the broker defaults; KafkaError(INVALID_CONFIG)."""

@@ -42,7 +42,7 @@ import uuid
 
 from reference.config import BrokerConfig, parse_voters
 from reference.controller.raft import RaftConfig, RaftRole
-from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
+from reference.controller.state import GROUP_RESOURCE, NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
 from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
@@ -221,7 +221,8 @@ class ClusterBroker(Broker):
         elif kind in ("PartitionRecord", "PartitionChangeRecord"):
             topic = self.controller.topics[uuid.UUID(record["topic_id"])]
             self._dirty.add(TopicPartition(topic.name, record["partition_id"]))
-        elif kind == "ConfigRecord" and record["resource_name"] in self.image.topics_by_name:
+        elif (kind == "ConfigRecord" and record["resource_type"] == TOPIC_RESOURCE
+              and record["resource_name"] in self.image.topics_by_name):
             topic = self.image.topics_by_name[record["resource_name"]]
             self._dirty |= {TopicPartition(topic.name, index) for index in range(topic.partition_count)}
 
@@ -372,6 +373,12 @@ class ClusterBroker(Broker):
         self.log_config(updated)
         if not validate_only:
             self._queue([{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": name,
+                          "name": key, "value": value} for key, value in sorted(configs.items())])
+
+    def alter_group_configs(self, group_id: str, configs: dict[str, str | None], validate_only: bool,
+                            now_ms: int) -> None:
+        if not validate_only:
+            self._queue([{"type": "ConfigRecord", "resource_type": GROUP_RESOURCE, "resource_name": group_id,
                           "name": key, "value": value} for key, value in sorted(configs.items())])
 
     def allocate_producer_id(self, now_ms: int) -> int:

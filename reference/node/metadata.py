@@ -13,11 +13,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from reference.controller.state import apply_config_record
 from reference.security import records as security_records
 
 # Config resource types (DescribeConfigs / AlterConfigs ResourceType, KIP-133).
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4  # described, never altered: broker configs come from the command line
+GROUP_RESOURCE = 32  # a group's configs (Kafka 4.0, KIP-848's GroupConfig)
 
 
 @dataclass
@@ -32,6 +34,7 @@ class TopicImage:
 class MetadataImage:
     topics_by_name: dict[str, TopicImage] = field(default_factory=dict)
     topics_by_id: dict[uuid.UUID, str] = field(default_factory=dict)
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> its overrides
     next_producer_id: int = 0  # the first producer id not yet handed out
     security: security_records.SecurityImage = field(default_factory=security_records.SecurityImage)
 
@@ -47,13 +50,13 @@ class MetadataImage:
             topic = self.topics_by_name[self.topics_by_id[uuid.UUID(record["topic_id"])]]
             assert record["partition_id"] == topic.partition_count, (record, topic)
             topic.partition_count += 1
+        elif kind == "ConfigRecord" and record["resource_type"] == GROUP_RESOURCE:
+            apply_config_record(self.group_configs.setdefault(record["resource_name"], {}), record)
+            if not self.group_configs[record["resource_name"]]:
+                del self.group_configs[record["resource_name"]]
         elif kind == "ConfigRecord":
             assert record["resource_type"] == TOPIC_RESOURCE, record
-            configs = self.topics_by_name[record["resource_name"]].configs
-            if record["value"] is None:
-                configs.pop(record["name"], None)
-            else:
-                configs[record["name"]] = record["value"]
+            apply_config_record(self.topics_by_name[record["resource_name"]].configs, record)
         elif kind == "RemoveTopicRecord":
             name = self.topics_by_id.pop(uuid.UUID(record["topic_id"]))
             del self.topics_by_name[name]
