@@ -9,6 +9,8 @@ value outside the bounds is INVALID_CONFIG and leaves the group's configs as the
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from conformance.ops import expect
@@ -62,6 +64,15 @@ def _described(wire, caps, group: str) -> dict[str, tuple[str | None, int]]:
     return {entry.name: (entry.value, entry.config_source) for entry in result.configs}
 
 
+def _described_when(wire, caps, group: str, done, timeout_s: float = 15.0) -> dict[str, tuple[str | None, int]]:
+    """The group's configs once `done` holds of them, or as last read after timeout_s: in a cluster
+    a change committed by the controller reaches the broker asked a moment later."""
+    deadline = time.monotonic() + timeout_s
+    while not done(described := _described(wire, caps, group)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return described
+
+
 @pytest.mark.guarantee("GRP-1")
 def test_a_group_s_own_configs_are_set_described_and_deleted(target):
     caps = target.capabilities
@@ -79,14 +90,15 @@ def test_a_group_s_own_configs_are_set_described_and_deleted(target):
         altered = _alter(wire, caps, group, {k: (SET, v) for k, v in OVERRIDES.items()}, validate_only=False)
         expect(altered.error_code == ErrorCode.NONE, f"IncrementalAlterConfigs to set {OVERRIDES} for a group",
                f"{error_name(altered.error_code)}: {altered.get('error_message')}")
-        described = _described(wire, caps, group)
+        described = _described_when(wire, caps, group, lambda d: all(
+            d.get(k) == (v, DYNAMIC_GROUP_CONFIG) for k, v in OVERRIDES.items()))
         wrong = {k: described.get(k) for k, v in OVERRIDES.items() if described.get(k) != (v, DYNAMIC_GROUP_CONFIG)}
         expect(not wrong, "DescribeConfigs to read back the group's values with source DYNAMIC_GROUP_CONFIG (8)",
                ", ".join(f"{k}={value_source}" for k, value_source in wrong.items()))
         deleted = _alter(wire, caps, group, {HEARTBEAT: (DELETE, None)}, validate_only=False)
         expect(deleted.error_code == ErrorCode.NONE, f"IncrementalAlterConfigs to delete the group's {HEARTBEAT}",
                f"{error_name(deleted.error_code)}: {deleted.get('error_message')}")
-        described = _described(wire, caps, group)
+        described = _described_when(wire, caps, group, lambda d: d.get(HEARTBEAT) == defaults.get(HEARTBEAT))
     expect(described.get(HEARTBEAT) == defaults.get(HEARTBEAT) and described.get(SESSION)[0] == OVERRIDES[SESSION],
            f"the deleted {HEARTBEAT} to return to the broker's value, {SESSION} to stay the group's",
            f"{described}, defaults {defaults}")
