@@ -7,7 +7,9 @@ import base64
 import hashlib
 import hmac
 import secrets
+import ssl
 
+from conformance.wire import WireClient
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 
@@ -17,6 +19,31 @@ SASL_AUTHENTICATE_VERSION = 1
 
 class SaslFailed(ConnectionError):
     pass
+
+
+def ssl_context(properties: dict[str, str]) -> ssl.SSLContext | None:
+    """The TLS context that client properties (security.protocol, ssl.ca.location,
+    ssl.certificate.location, ssl.key.location) ask for; None for a plaintext protocol."""
+    if properties.get("security.protocol", "PLAINTEXT").upper() not in ("SSL", "SASL_SSL"):
+        return None
+    context = ssl.create_default_context(cafile=properties.get("ssl.ca.location"))
+    if "ssl.certificate.location" in properties:
+        context.load_cert_chain(properties["ssl.certificate.location"], properties.get("ssl.key.location"))
+    return context
+
+
+def connect(address: str, properties: dict[str, str], **options):
+    """A WireClient to `address` with the properties' TLS, authenticated when they ask for SASL
+    (PLAIN or SCRAM); the connection is closed again if authentication fails."""
+    wire = WireClient(address, ssl_context=ssl_context(properties), **options)
+    if properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL"):
+        try:
+            authenticate(wire, mechanism_of(properties), properties.get("sasl.username", ""),
+                         properties.get("sasl.password", ""))
+        except BaseException:
+            wire.close()
+            raise
+    return wire
 
 
 def mechanism_of(properties: dict[str, str]) -> str:

@@ -12,7 +12,6 @@ import contextlib
 import itertools
 import os
 import shlex
-import ssl
 import subprocess
 import time
 import uuid
@@ -80,11 +79,11 @@ class Target:
         chosen: a paused one accepts connections but answers nothing, and a stopped one may still
         accept them through a proxy in front of it (docker's) and then reset them."""
         if address is not None:
-            return self._authenticated(WireClient(address, ssl_context=self._ssl_context()))
+            return sasl.connect(address, self.properties)
         refused = []
         for candidate in self._live_addresses():
             try:
-                return self._authenticated(WireClient(candidate, ssl_context=self._ssl_context()))
+                return sasl.connect(candidate, self.properties)
             except OSError as error:
                 refused.append(f"{candidate}: {error}")
         raise ConnectionError(f"no live broker accepts a connection ({'; '.join(refused) or 'every one is stopped'})")
@@ -100,29 +99,7 @@ class Target:
     def wire_as(self, **properties: str) -> WireClient:
         """A connection to the first bootstrap broker with other client properties (e.g. another
         sasl.username and sasl.password) over the target's own."""
-        return self._authenticated(WireClient(self.first_address, ssl_context=self._ssl_context()),
-                                   {**self.properties, **properties})
-
-    def _authenticated(self, wire: WireClient, properties: dict[str, str] | None = None) -> WireClient:
-        """The connection once SASL (PLAIN or SCRAM) succeeded, when the properties ask for SASL."""
-        properties = self.properties if properties is None else properties
-        if properties.get("security.protocol", "PLAINTEXT").upper().startswith("SASL"):
-            try:
-                sasl.authenticate(wire, sasl.mechanism_of(properties), properties.get("sasl.username", ""),
-                                  properties.get("sasl.password", ""))
-            except BaseException:
-                wire.close()
-                raise
-        return wire
-
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        if self.properties.get("security.protocol", "PLAINTEXT").upper() not in ("SSL", "SASL_SSL"):
-            return None
-        context = ssl.create_default_context(cafile=self.properties.get("ssl.ca.location"))
-        if "ssl.certificate.location" in self.properties:
-            context.load_cert_chain(self.properties["ssl.certificate.location"],
-                                    self.properties.get("ssl.key.location"))
-        return context
+        return sasl.connect(self.first_address, {**self.properties, **properties})
 
     @property
     def capabilities(self) -> Capabilities:

@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 from conformance import ops
+from conformance import sasl
 from conformance.sasl import salted_password
 from conformance.wire import ConnectionClosed, WireClient
 from reference.protocol.api_keys import ApiKey
@@ -34,7 +35,7 @@ CLOSE_TIMEOUT_S = 5.0
 
 def _sasl_mechanisms(target) -> list[str]:
     """The mechanisms the first broker offers, from a SaslHandshake on a fresh connection."""
-    with WireClient(target.first_address, ssl_context=target._ssl_context()) as raw:
+    with WireClient(target.first_address, ssl_context=sasl.ssl_context(target.properties)) as raw:
         return list(raw.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "KSPEC-PROBE"}).mechanisms)
 
 
@@ -99,11 +100,11 @@ def _allow(admin: WireClient, principal: str, topic: str, *operations: int) -> N
 def test_nothing_is_served_before_sasl_authentication(target):
     if not target.uses_sasl:
         pytest.skip("the broker under test is reached without SASL (no security.protocol=SASL_* property)")
-    with WireClient(target.first_address, ssl_context=target._ssl_context()) as raw:
+    with WireClient(target.first_address, ssl_context=sasl.ssl_context(target.properties)) as raw:
         raw.send(ApiKey.METADATA, 4, {"topics": None, "allow_auto_topic_creation": False})
         ops.expect(raw.closed_by_peer(CLOSE_TIMEOUT_S), "the connection closed without an answer",
                    "an open connection")
-    with WireClient(target.first_address, ssl_context=target._ssl_context()) as raw:
+    with WireClient(target.first_address, ssl_context=sasl.ssl_context(target.properties)) as raw:
         ops.expect(raw.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code in
                    (ErrorCode.NONE, ErrorCode.UNSUPPORTED_SASL_MECHANISM), "a SaslHandshake answer", "none")
         raw.send(ApiKey.CREATE_TOPICS, 2, {"topics": [{"name": target.new_topic_name("auth1"), "num_partitions": 1,

@@ -114,9 +114,16 @@ def test_transaction_markers_are_batches_with_a_valid_crc(transactional, target)
     topic = target.create_topic("txn-markers")
     _transaction(transactional, topic, ["c"], commit=True)
     _transaction(transactional, topic, ["a"], commit=False)
+    # Kafka writes the markers after EndTxn has answered (the coordinator's PrepareCommit is what
+    # EndTxn waits for), so the check reads until both are there or the read timeout passes.
+    deadline = time.monotonic() + READ_TIMEOUT_S
     with target.leader_wire(topic) as wire:
-        batches = ops.read_batches(wire, caps, topic)
-    controls = [b for b in batches if b.is_control]
+        while True:
+            batches = ops.read_batches(wire, caps, topic)
+            controls = [b for b in batches if b.is_control]
+            if len(controls) >= 2 or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
     expect(len(controls) == 2, "two control batches (COMMIT, ABORT)", f"{len(controls)} among {len(batches)} batches")
     bad = [b.base_offset for b in batches if not b.crc_is_valid()]
     expect(not bad, "every batch, control batches included, to carry a valid CRC-32C (clients that check CRCs "

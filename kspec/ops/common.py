@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-import ssl
 import time
 
 import click
@@ -194,22 +193,7 @@ def python_client_properties() -> dict:
 
 def wire_client(address: str, **options) -> WireClient:
     """A raw connection with the command's TLS and SASL settings (reference codec, conformance.wire)."""
-    properties = command_properties()
-    protocol = properties.get("security.protocol", "PLAINTEXT").upper()
-    context = None
-    if protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=properties.get("ssl.ca.location"))
-        if "ssl.certificate.location" in properties:
-            context.load_cert_chain(properties["ssl.certificate.location"], properties.get("ssl.key.location"))
-    wire = WireClient(address, ssl_context=context, **options)
-    if protocol.startswith("SASL"):
-        try:
-            sasl.authenticate(wire, sasl.mechanism_of(properties), properties.get("sasl.username", ""),
-                              properties.get("sasl.password", ""))
-        except BaseException:
-            wire.close()
-            raise
-    return wire
+    return sasl.connect(address, command_properties(), **options)
 
 
 def parse_configs(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
