@@ -56,7 +56,7 @@ demo: setup
 	$(VENV)/bin/kspec demo
 
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 -m 'not soak' tests
 
 bench: setup
 	$(PY) -m benchmarks
