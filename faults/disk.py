@@ -130,7 +130,7 @@ def state_path(name: str, state_dir: Path = net.STATE_DIR) -> Path:
 
 
 def _record_mount(path: Path, mountpoint: Path) -> None:
-    state = json.loads(path.read_text()) if path.exists() else {"mounts": [], "owner": net.owner_stamp()}
+    state = json.loads(path.read_text()) if path.exists() else {"mounts": []}
     state["mounts"].append(str(mountpoint))
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
@@ -142,17 +142,11 @@ def clean_all(state_dir: Path = net.STATE_DIR) -> list[str]:
     """Unmount what crashed runs left mounted (newest first: FUSE before the tmpfs under it)."""
     removed = []
     for path in sorted((state_dir / STATE_SUBDIR).glob("*.json")):
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:  # its run tore down meanwhile
-            continue
-        if net.owner_alive(state.get("owner")):  # a run still going: not a leftover
-            continue
-        for mountpoint in reversed(state["mounts"]):
+        for mountpoint in reversed(json.loads(path.read_text())["mounts"]):
             if os.path.ismount(mountpoint) or _is_dead_fuse(mountpoint):
                 _run(["umount", "-l", mountpoint], check=False)
                 removed.append(f"mount {mountpoint}")
-        path.unlink(missing_ok=True)
+        path.unlink()
     return removed
 
 

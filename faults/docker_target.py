@@ -51,7 +51,6 @@ from faults import net
 from faults.targets import READY_TIMEOUT_S, STOP_TIMEOUT_S, Target, TargetError, reference_overrides
 
 LABEL = "org.kspec.faults.run"   # on every container and network a run makes: the run's name
-OWNER_LABEL = "org.kspec.faults.owner"  # and the pid:start-time of the process that made them
 MODE = "docker"
 CONTAINER_PORT = 9092
 LOG_TAIL_LINES = 20
@@ -127,7 +126,7 @@ class DockerNetwork:
     def create(self) -> None:
         from docker.types import IPAMConfig, IPAMPool
         self.subnet = net.pick_subnet()
-        self.client.networks.create(self.name, driver="bridge", labels=run_labels(self.run_name), ipam=IPAMConfig(
+        self.client.networks.create(self.name, driver="bridge", labels={LABEL: self.run_name}, ipam=IPAMConfig(
             pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
 
     def node_address(self, node: int) -> str:
@@ -315,7 +314,7 @@ def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str,
         created = client.api.create_container(
             image, command=[word.format(**node_values) for word in spec.command], name=f"{run_name}-n{index}",
             environment={k: v.format(**node_values) for k, v in spec.environment.items()},
-            labels=run_labels(run_name),
+            labels={LABEL: run_name},
             host_config=client.api.create_host_config(binds=binds, network_mode=network.name),
             networking_config=client.api.create_networking_config(
                 {network.name: client.api.create_endpoint_config(ipv4_address=host)}))
@@ -329,38 +328,23 @@ def clean_run(client, run_name: str) -> list[str]:
     return _remove_labelled(client, f"{LABEL}={run_name}")
 
 
-def run_labels(run_name: str) -> dict[str, str]:
-    pid, start_ticks = net.owner_stamp()
-    return {LABEL: run_name, OWNER_LABEL: f"{pid}:{start_ticks}"}
-
-
-def owner_alive(labels: dict[str, str]) -> bool:
-    pid, _, start_ticks = labels.get(OWNER_LABEL, "").partition(":")
-    return pid.isdigit() and start_ticks.isdigit() and net.owner_alive([int(pid), int(start_ticks)])
-
-
 def clean() -> list[str]:
-    """Remove every container and network a run labelled whose run has ended (leftovers of
-    crashed runs; a run still going is left alone); what was removed."""
+    """Remove every container and network a run labelled (leftovers of crashed runs); what was removed."""
     try:
         client = engine()
     except TargetError:
         return []
-    return _remove_labelled(client, LABEL, keep_live_runs=True)
+    return _remove_labelled(client, LABEL)
 
 
-def _remove_labelled(client, label: str, keep_live_runs: bool = False) -> list[str]:
+def _remove_labelled(client, label: str) -> list[str]:
     removed = []
     for container in client.containers.list(all=True, filters={"label": label}):
-        if keep_live_runs and owner_alive(container.labels):
-            continue
         if container.status == "paused":
             container.unpause()
         container.remove(force=True)
         removed.append(f"container {container.name}")
     for network in client.networks.list(filters={"label": label}):
-        if keep_live_runs and owner_alive(network.attrs.get("Labels") or {}):
-            continue
         network.remove()
         removed.append(f"network {network.name}")
     return removed

@@ -27,8 +27,7 @@ remove the jump and the chain.
 
 Cleanup survives a crash of the harness: before making anything, the intent is written
 to a state file under STATE_DIR; `clean_all()` (`kspec faults clean`) kills what runs in
-the namespaces and deletes namespaces, veths and bridge named in every state file whose
-owner (the run's process, recorded with its start time) has ended; a run still going is left alone.
+the namespaces and deletes namespaces, veths and bridge named in every state file.
 """
 from __future__ import annotations
 
@@ -137,7 +136,6 @@ class Network:
             "namespaces": [self.namespace(i) for i in range(self.nodes)],
             "veths": [self.veth(i) for i in range(self.nodes)],
             "forward_chain": forward_chain, "forward_parent": forward_parent,
-            "owner": owner_stamp(),
         }))
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         _run(["iptables", "-w", "-N", forward_chain])
@@ -192,17 +190,6 @@ class Network:
         self.destroy()
 
 
-def owner_stamp() -> list[int | None]:
-    """This process's pid and start time: a state file's owner, so that `kspec faults clean` can
-    tell a crashed run's leftovers from the resources of a run that is still going."""
-    return [os.getpid(), _start_ticks(os.getpid())]
-
-
-def owner_alive(stamp) -> bool:
-    """Whether the process a state file names as its owner still runs (the same process, not a reused pid)."""
-    return bool(stamp) and stamp[1] is not None and _start_ticks(stamp[0]) == stamp[1]
-
-
 def record_processes(path: Path, pids: list[int]) -> None:
     """Write pids, with their start times, to a state file, so clean_all can kill them after a crash."""
     state = json.loads(path.read_text()) if path.exists() else {}
@@ -215,10 +202,7 @@ def record_processes(path: Path, pids: list[int]) -> None:
 
 def clean_state_file(path: Path) -> list[str]:
     """Kill the processes in, and delete, everything one state file names; return what was removed."""
-    try:
-        state = json.loads(path.read_text())
-    except FileNotFoundError:  # its run tore down meanwhile
-        return []
+    state = json.loads(path.read_text())
     removed = []
     for pid, start_ticks in state.get("processes", []):
         if start_ticks is not None and _start_ticks(pid) == start_ticks:  # the same process, not a reused pid
@@ -239,24 +223,15 @@ def clean_state_file(path: Path) -> list[str]:
         if link in links:
             _run(["ip", "link", "del", link], check=False)
             removed.append(f"link {link}")
-    path.unlink(missing_ok=True)
+    path.unlink()
     return removed
 
 
 def clean_all(state_dir: Path = STATE_DIR) -> list[str]:
-    """Clean every state file in state_dir whose run has ended (leftovers of crashed runs; a run
-    still going is left alone); return what was removed."""
+    """Clean every state file in state_dir (leftovers of crashed runs); return what was removed."""
     if not state_dir.exists():
         return []
-    return [item for path in sorted(state_dir.glob("*.json")) if not _owned_by_a_live_run(path)
-            for item in clean_state_file(path)]
-
-
-def _owned_by_a_live_run(path: Path) -> bool:
-    try:
-        return owner_alive(json.loads(path.read_text()).get("owner"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return False
+    return [item for path in sorted(state_dir.glob("*.json")) for item in clean_state_file(path)]
 
 
 def leftovers(name: str) -> list[str]:
