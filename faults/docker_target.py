@@ -125,9 +125,10 @@ class DockerNetwork:
 
     def create(self) -> None:
         from docker.types import IPAMConfig, IPAMPool
-        self.subnet = net.pick_subnet()
-        self.client.networks.create(self.name, driver="bridge", labels={LABEL: self.run_name}, ipam=IPAMConfig(
-            pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
+        with net.claiming_subnet():
+            self.subnet = net.pick_subnet()
+            self.client.networks.create(self.name, driver="bridge", labels={LABEL: self.run_name}, ipam=IPAMConfig(
+                pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
 
     def node_address(self, node: int) -> str:
         assert self.subnet is not None and 0 <= node < self.nodes

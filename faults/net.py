@@ -31,11 +31,14 @@ the namespaces and deletes namespaces, veths and bridge named in every state fil
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("KSPEC_FAULTS_STATE_DIR", "/run/kspec-faults"))
@@ -47,6 +50,7 @@ NAME_CHARS_MAX = 8           # interface names are at most 15 bytes: "<name>-br"
 SUBNET_CANDIDATES = [ipaddress.ip_network(f"10.213.{third}.0/24") for third in range(7, 255, 16)]
 COMMAND_TIMEOUT_S = 20.0
 HOST = -1                    # in a grudge: the host side of the bridge, where the clients are
+SUBNET_LOCK_PATH = Path("/run/kspec-faults.subnet.lock")  # one per host, whatever the state dir: subnets are the host's
 
 
 class NetworkUnavailable(RuntimeError):
@@ -62,7 +66,7 @@ def check_capability() -> None:
     if os.geteuid() != 0:
         raise NetworkUnavailable("network namespaces need root (CAP_NET_ADMIN); "
                                  "partitions fall back to the proxy layer")
-    probe = f"ksprobe{os.getpid() % 100000}"
+    probe = f"ksprobe{os.getpid() % 100000}-{threading.get_native_id() % 100000}"  # one per thread of a process
     made = _run(["ip", "netns", "add", probe], check=False)
     if made.returncode != 0:
         raise NetworkUnavailable(f"cannot create a network namespace ({made.stderr.strip()}); "
@@ -91,6 +95,17 @@ def pick_subnet() -> ipaddress.IPv4Network:
         if not any(candidate.overlaps(net) for net in used if net.prefixlen > 0):
             return candidate
     raise NetworkUnavailable("every candidate subnet 10.213.x.0/24 collides with a host route")
+
+
+@contextlib.contextmanager
+def claiming_subnet():
+    """Held from pick_subnet until the picked subnet's first address is on an interface (the
+    bridge, or a Docker network's): two runs starting at once, each seeing the same /24 free,
+    would both take it, and each run's clients would reach the other's nodes. An advisory
+    lock on a file; the kernel drops it with the process, so a crash leaves nothing held."""
+    with open(SUBNET_LOCK_PATH, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 class Network:
@@ -126,22 +141,23 @@ class Network:
         check_capability()
         if self.state_path.exists():
             clean_state_file(self.state_path)
-        self.subnet = pick_subnet()
-        prefix = self.subnet.prefixlen
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
         forward_chain = f"KSPEC-{self.name}"
         forward_parent = DOCKER_USER_CHAIN if _chain_exists(DOCKER_USER_CHAIN) else "FORWARD"
-        self.state_path.write_text(json.dumps({
-            "bridge": self.bridge, "subnet": str(self.subnet),
-            "namespaces": [self.namespace(i) for i in range(self.nodes)],
-            "veths": [self.veth(i) for i in range(self.nodes)],
-            "forward_chain": forward_chain, "forward_parent": forward_parent,
-        }))
-        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        with claiming_subnet():
+            self.subnet = pick_subnet()
+            self.state_path.write_text(json.dumps({
+                "bridge": self.bridge, "subnet": str(self.subnet),
+                "namespaces": [self.namespace(i) for i in range(self.nodes)],
+                "veths": [self.veth(i) for i in range(self.nodes)],
+                "forward_chain": forward_chain, "forward_parent": forward_parent,
+            }))
+            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            _run(["ip", "addr", "add", f"{self.host_address}/{self.subnet.prefixlen}", "dev", self.bridge])
+        prefix = self.subnet.prefixlen
         _run(["iptables", "-w", "-N", forward_chain])
         _run(["iptables", "-w", "-A", forward_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"])
         _run(["iptables", "-w", "-I", forward_parent, "1", "-j", forward_chain])
-        _run(["ip", "addr", "add", f"{self.host_address}/{prefix}", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         for node in range(self.nodes):
             ns, veth = self.namespace(node), self.veth(node)
