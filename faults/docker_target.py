@@ -241,6 +241,12 @@ class ContainerNode:
     def pid(self) -> int:
         return self._state()["Pid"]
 
+    @property
+    def exit_code(self) -> int | None:
+        """The container's exit status once it stopped, None while it runs (or before it ran)."""
+        state = self._state()
+        return None if state["Status"] in ("created", "running", "paused", "restarting") else state["ExitCode"]
+
     def save_log(self) -> None:
         self.log_path.write_bytes(self.container.logs(stdout=True, stderr=True))
 

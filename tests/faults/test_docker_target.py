@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from broker_helpers import TOPIC, produce, read_all
 from faults import image as reference_image
 from faults import net
+from faults.disk import NodeDisk
 from faults.targets import TargetError
 from faults_helpers import wait_until
 
@@ -32,6 +34,7 @@ DOCKERD_START_TIMEOUT_S = 60.0
 DOCKERD_STOP_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 1.0
 RUN_TIMEOUT_S = 240
+VALUE_BYTES_WHOLE_PAGES = 2000  # a full tmpfs refuses these (a partial page would take small records)
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +142,73 @@ def test_a_toml_described_image_partitions_in_the_containers_namespaces_and_a_re
     finally:
         docker_target.clean_run(engine, run_name)
     assert leftovers(engine) == []
+
+
+class OnNodeDisk:
+    """One reference container whose data dir is a NodeDisk, mounted on the host before the
+    container starts: the container's bind mount of node-0/ is that mount."""
+
+    def __init__(self, engine, image: str, tmp_path: Path, node_disk: NodeDisk) -> None:
+        self.engine, self.node_disk, self.run_name = engine, node_disk, f"kts{os.getpid() % 100000}"
+        self.target = docker_target.docker_target(docker_target.reference_spec(1, image), 1, tmp_path, self.run_name,
+                                                  engine)
+
+    def __enter__(self):
+        self.node_disk.mount()
+        self.target.start()
+        self.target.wait_until_serving()
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.target.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        return self.target
+
+    def __exit__(self, *exc_info) -> None:
+        docker_target.clean_run(self.engine, self.run_name)
+        self.node_disk.unmount()
+        assert leftovers(self.engine) == [] and not os.path.ismount(self.node_disk.data_dir)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("fusermount3") is None or not os.path.exists("/dev/fuse"),
+                    reason="the FUSE layer needs /dev/fuse and fusermount3 (Debian: fuse3)")
+def test_a_power_cut_of_a_container_drops_what_its_broker_did_not_fsync(engine, reference_image_name, tmp_path):
+    """Kafka's defaults fsync nothing per record: a cut takes acked records with it."""
+    node_disk = NodeDisk(tmp_path, 0, lazy=True, tmpfs_bytes=None, state_path=tmp_path / "disks.json")
+    with OnNodeDisk(engine, reference_image_name, tmp_path, node_disk) as target:
+        bootstrap = target.nodes[0].bootstrap
+        acked, _ = produce(bootstrap, range(200))
+        assert len(acked) == 200
+        target.kill(0)
+        cut = node_disk.command(op="cut")
+        assert cut["dropped_bytes"] > 0, cut
+        target.restart(0)
+        target.wait_until_serving()
+        values, errors = read_all(bootstrap)
+    assert not errors and len(values) < 200, "acked records went with what was never fsynced"
+
+
+@pytest.mark.timeout(180)
+def test_a_container_whose_disk_fills_stops_with_one_line_and_serves_again_once_freed(engine, reference_image_name,
+                                                                                       tmp_path):
+    node_disk = NodeDisk(tmp_path, 0, lazy=False, tmpfs_bytes=16 << 20, state_path=tmp_path / "disks.json")
+    with OnNodeDisk(engine, reference_image_name, tmp_path, node_disk) as target:
+        bootstrap = target.nodes[0].bootstrap
+        before, _ = produce(bootstrap, range(0, 20), VALUE_BYTES_WHOLE_PAGES)
+        assert node_disk.fill()["filled_bytes"] > 0
+        _, failed = produce(bootstrap, range(20, 40), VALUE_BYTES_WHOLE_PAGES)
+        assert failed
+        assert wait_until(lambda: target.nodes[0].exit_code is not None, 60), "the broker stops on a full disk"
+        assert target.nodes[0].exit_code != 0
+        node_disk.free()
+        target.restart(0)
+        target.wait_until_serving()
+        after, failed = produce(bootstrap, range(40, 60), VALUE_BYTES_WHOLE_PAGES)
+        values, errors = read_all(bootstrap)
+        target.stop()
+        target.save_logs()
+    assert len(before) == 20 and len(after) == 20 and not failed
+    assert not errors and set(before + after) <= set(values)
+    assert "every log dir has failed" in (tmp_path / "node-0.log").read_text()
 
 
 def test_kspec_faults_clean_removes_the_containers_and_network_of_a_crashed_run(engine, reference_image_name,
