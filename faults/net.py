@@ -209,7 +209,7 @@ class Network:
 def record_processes(path: Path, pids: list[int]) -> None:
     """Write pids, with their start times, to a state file, so clean_all can kill them after a crash."""
     state = json.loads(path.read_text()) if path.exists() else {}
-    state["processes"] = [[pid, _start_ticks(pid)] for pid in pids]
+    state["processes"] = [[pid, start_ticks(pid)] for pid in pids]
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(state))
@@ -220,8 +220,8 @@ def clean_state_file(path: Path) -> list[str]:
     """Kill the processes in, and delete, everything one state file names; return what was removed."""
     state = json.loads(path.read_text())
     removed = []
-    for pid, start_ticks in state.get("processes", []):
-        if start_ticks is not None and _start_ticks(pid) == start_ticks:  # the same process, not a reused pid
+    for pid, ticks in state.get("processes", []):
+        if ticks is not None and start_ticks(pid) == ticks:  # the same process, not a reused pid
             _kill(pid)
             removed.append(f"process {pid}")
     existing = set(_namespaces())
@@ -273,7 +273,7 @@ def _remove_forward_chain(chain: str, parent: str) -> list[str]:
     return [f"iptables chain {chain} (jumped to from {parent})"]
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -211,18 +211,37 @@ def test_a_container_whose_disk_fills_stops_with_one_line_and_serves_again_once_
     assert "every log dir has failed" in (tmp_path / "node-0.log").read_text()
 
 
-def test_kspec_faults_clean_removes_the_containers_and_network_of_a_crashed_run(engine, reference_image_name,
-                                                                                  tmp_path):
-    run_name = f"ktc{os.getpid() % 100000}"
-    target = docker_target.docker_target(docker_target.reference_spec(2, reference_image_name), 2, tmp_path,
-                                         run_name, engine)
-    target.nodes[0].start()
-    target.pause(0)
-    assert len(leftovers(engine)) == 3
-    done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "clean"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPOSITORY)}, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert f"removed container {run_name}-n0" in done.stdout and f"removed network {run_name}-net" in done.stdout
+def test_kspec_faults_clean_removes_the_containers_and_network_of_a_crashed_run_and_spares_a_live_one(
+        engine, reference_image_name, tmp_path):
+    """A run whose process died (here: a child that makes its containers, pauses one and exits)
+    is cleaned up; the containers of a run whose process lives (this test's) are not touched."""
+    crashed, live = f"ktc{os.getpid() % 100000}", f"ktl{os.getpid() % 100000}"
+    crash = textwrap.dedent(f"""\
+        from pathlib import Path
+        from faults import docker_target
+        client = docker_target.engine()
+        spec = docker_target.reference_spec(2, {reference_image_name!r})
+        target = docker_target.docker_target(spec, 2, Path({str(tmp_path / "crashed")!r}), {crashed!r}, client)
+        target.nodes[0].start()
+        target.pause(0)
+        """)
+    try:
+        made = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+        assert made.returncode == 0, made.stderr[-2000:]
+        docker_target.docker_target(docker_target.reference_spec(1, reference_image_name), 1, tmp_path / "live",
+                                    live, engine)
+        assert len(leftovers(engine)) == 3 + 2
+        # a state dir of its own: the host's namespaces and mounts belong to other runs
+        done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "clean"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPOSITORY),
+                                   "KSPEC_FAULTS_STATE_DIR": str(tmp_path / "state")}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"removed container {crashed}-n0" in done.stdout and f"removed network {crashed}-net" in done.stdout
+        assert sorted(leftovers(engine)) == [f"{live}-n0", f"{live}-net"]
+    finally:
+        docker_target.clean_run(engine, crashed)
+        docker_target.clean_run(engine, live)
     assert leftovers(engine) == []
 
 
