@@ -139,7 +139,7 @@ def state_path(name: str, state_dir: Path = net.STATE_DIR) -> Path:
 
 
 def _record_mount(path: Path, mountpoint: Path) -> None:
-    state = json.loads(path.read_text()) if path.exists() else {"mounts": []}
+    state = json.loads(path.read_text()) if path.exists() else {"owner": net.owner(), "mounts": []}
     state["mounts"].append(str(mountpoint))
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
@@ -148,10 +148,14 @@ def _record_mount(path: Path, mountpoint: Path) -> None:
 
 
 def clean_all(state_dir: Path = net.STATE_DIR) -> list[str]:
-    """Unmount what crashed runs left mounted (newest first: FUSE before the tmpfs under it)."""
+    """Unmount what crashed runs left mounted (newest first: FUSE before the tmpfs under it);
+    a live run's mounts are left alone."""
     removed = []
     for path in sorted((state_dir / STATE_SUBDIR).glob("*.json")):
-        for mountpoint in reversed(json.loads(path.read_text())["mounts"]):
+        state = json.loads(path.read_text())
+        if net.owner_alive(state):  # a live run's mounts (faults/net.py clean_all)
+            continue
+        for mountpoint in reversed(state["mounts"]):
             if os.path.ismount(mountpoint) or _is_dead_fuse(mountpoint):
                 _run(["umount", "-l", mountpoint], check=False)
                 removed.append(f"mount {mountpoint}")

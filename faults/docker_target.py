@@ -40,7 +40,6 @@ Placeholders in command and environment: {host} (the node's address), {port}, {n
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import tomllib
@@ -128,9 +127,16 @@ class DockerNetwork:
     def create(self) -> None:
         from docker.types import IPAMConfig, IPAMPool
         with net.claiming_subnet():
-            self.subnet = net.pick_subnet()
-            self.client.networks.create(self.name, driver="bridge", labels=owner_labels(self.run_name), ipam=IPAMConfig(
-                pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
+            given_up: list = []
+            while True:
+                self.subnet = net.pick_subnet(tuple(given_up))
+                created = self.client.networks.create(
+                    self.name, driver="bridge", labels=owner_labels(self.run_name), ipam=IPAMConfig(
+                        pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
+                if net.subnet_holders(self.subnet) == [f"br-{created.id[:12]}"]:
+                    break
+                created.remove()  # someone not taking the lock took it in the same moment (faults/net.py)
+                given_up.append(self.subnet)
 
     def node_address(self, node: int) -> str:
         assert self.subnet is not None and 0 <= node < self.nodes
@@ -334,14 +340,14 @@ def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str,
 
 def owner_labels(run_name: str) -> dict[str, str]:
     """The labels of everything a run makes: its name, and this process as its owner."""
-    pid = os.getpid()
-    return {LABEL: run_name, OWNER_LABEL: f"{pid}:{net.start_ticks(pid)}"}
+    pid, ticks = net.owner()
+    return {LABEL: run_name, OWNER_LABEL: f"{pid}:{ticks}"}
 
 
 def _owner_alive(labels: dict[str, str]) -> bool:
     """Whether the process that made it still runs (the same process: pid and start time)."""
-    pid, _, start_ticks = labels.get(OWNER_LABEL, "").partition(":")
-    return pid.isdigit() and str(net.start_ticks(int(pid))) == start_ticks
+    pid, _, ticks = labels.get(OWNER_LABEL, "").partition(":")
+    return pid.isdigit() and ticks.isdigit() and net.owner_alive({"owner": [int(pid), int(ticks)]})
 
 
 def clean_run(client, run_name: str) -> list[str]:

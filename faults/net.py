@@ -80,8 +80,8 @@ def check_capability() -> None:
         _run(["ip", "netns", "del", probe], check=False)
 
 
-def pick_subnet() -> ipaddress.IPv4Network:
-    """The first candidate /24 that overlaps none of the host's routes or addresses."""
+def pick_subnet(exclude: tuple[ipaddress.IPv4Network, ...] = ()) -> ipaddress.IPv4Network:
+    """The first candidate /24 (not excluded) that overlaps none of the host's routes or addresses."""
     routes = _run(["ip", "-4", "-o", "route", "show", "table", "all"]).stdout.split("\n")
     addresses = _run(["ip", "-4", "-o", "addr", "show"]).stdout.split("\n")
     used = []
@@ -92,9 +92,19 @@ def pick_subnet() -> ipaddress.IPv4Network:
             except ValueError:
                 continue
     for candidate in SUBNET_CANDIDATES:
-        if not any(candidate.overlaps(net) for net in used if net.prefixlen > 0):
+        if candidate not in exclude and not any(candidate.overlaps(net) for net in used if net.prefixlen > 0):
             return candidate
     raise NetworkUnavailable("every candidate subnet 10.213.x.0/24 collides with a host route")
+
+
+def subnet_holders(subnet: ipaddress.IPv4Network) -> list[str]:
+    """The interfaces with an address in the subnet."""
+    holders = []
+    for line in _run(["ip", "-4", "-o", "addr", "show"]).stdout.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and ipaddress.ip_interface(fields[3]).ip in subnet:
+            holders.append(fields[1])
+    return holders
 
 
 @contextlib.contextmanager
@@ -145,15 +155,24 @@ class Network:
         forward_parent = DOCKER_USER_CHAIN if _chain_exists(DOCKER_USER_CHAIN) else "FORWARD"
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         with claiming_subnet():
-            self.subnet = pick_subnet()
-            self.state_path.write_text(json.dumps({
-                "bridge": self.bridge, "subnet": str(self.subnet),
-                "namespaces": [self.namespace(i) for i in range(self.nodes)],
-                "veths": [self.veth(i) for i in range(self.nodes)],
-                "forward_chain": forward_chain, "forward_parent": forward_parent,
-            }))
-            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
-            _run(["ip", "addr", "add", f"{self.host_address}/{self.subnet.prefixlen}", "dev", self.bridge])
+            given_up: list[ipaddress.IPv4Network] = []
+            while True:
+                self.subnet = pick_subnet(tuple(given_up))
+                self.state_path.write_text(json.dumps({
+                    "owner": owner(), "bridge": self.bridge, "subnet": str(self.subnet),
+                    "namespaces": [self.namespace(i) for i in range(self.nodes)],
+                    "veths": [self.veth(i) for i in range(self.nodes)],
+                    "forward_chain": forward_chain, "forward_parent": forward_parent,
+                }))
+                if self.bridge not in _links():
+                    _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+                address = f"{self.host_address}/{self.subnet.prefixlen}"
+                _run(["ip", "addr", "add", address, "dev", self.bridge])
+                if subnet_holders(self.subnet) == [self.bridge]:
+                    break
+                # Someone not taking the lock (an older harness) took it in the same moment.
+                _run(["ip", "addr", "del", address, "dev", self.bridge])
+                given_up.append(self.subnet)
         prefix = self.subnet.prefixlen
         _run(["iptables", "-w", "-N", forward_chain])
         _run(["iptables", "-w", "-A", forward_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"])
@@ -208,7 +227,7 @@ class Network:
 
 def record_processes(path: Path, pids: list[int]) -> None:
     """Write pids, with their start times, to a state file, so clean_all can kill them after a crash."""
-    state = json.loads(path.read_text()) if path.exists() else {}
+    state = json.loads(path.read_text()) if path.exists() else {"owner": owner()}
     state["processes"] = [[pid, start_ticks(pid)] for pid in pids]
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
@@ -243,11 +262,32 @@ def clean_state_file(path: Path) -> list[str]:
     return removed
 
 
+def owner() -> list[int | None]:
+    """[pid, start ticks] of this process: what a state file names as the run that wrote it."""
+    return [os.getpid(), start_ticks(os.getpid())]
+
+
+def owner_alive(state: dict) -> bool:
+    """Whether the process that wrote a state file still runs (pid and start time both match)."""
+    pid, ticks = state.get("owner") or (None, None)
+    return pid is not None and ticks is not None and start_ticks(pid) == ticks
+
+
 def clean_all(state_dir: Path = STATE_DIR) -> list[str]:
-    """Clean every state file in state_dir (leftovers of crashed runs); return what was removed."""
+    """Clean every state file in state_dir whose run has ended (a crashed run: the process that
+    wrote it is gone); return what was removed. A live run's file is left alone: runs and
+    tests share the host, and cleaning a live run killed its nodes mid-run."""
     if not state_dir.exists():
         return []
-    return [item for path in sorted(state_dir.glob("*.json")) for item in clean_state_file(path)]
+    removed = []
+    for path in sorted(state_dir.glob("*.json")):
+        try:
+            live = owner_alive(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            live = False
+        if not live:
+            removed += clean_state_file(path)
+    return removed
 
 
 def leftovers(name: str) -> list[str]:

@@ -257,11 +257,10 @@ def test_an_image_the_engine_does_not_have_is_one_line_and_exit_1(engine, tmp_pa
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S)
 def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_nothing(
         engine, reference_image_name, tmp_path):
-    """kspec check reads the whole history and every guarantee holds, but for one anomaly of
-    ORD-3 that is tolerated here: in 1 of the first 8 such runs a consumer assigned to a
-    partition polled records it had read already (nonmonotonic-poll). The containers run the
-    same broker and clients as netns mode; whether netns runs show it too is not measured
-    (their tests do not run the checker), so it is the broker's finding, not this target's."""
+    """kspec check reads the whole history and every guarantee holds. (One ORD-3
+    nonmonotonic-poll in about 1 of 8 runs was once tolerated here: it came from runs that
+    shared a host and picked the same subnet at the same moment, so clients were served by
+    another run's brokers; subnets are now claimed under a host-wide lock, faults/net.py.)"""
     out_dir = tmp_path / "docker-run"
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "run", "--target", "docker", "--nodes", "3",
@@ -285,5 +284,4 @@ def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_not
     verdict = json.loads((out_dir / "check" / "verdict.json").read_text())
     assert verdict["ops"] >= results["completions"]["ok"]
     broken = {guarantee: found for guarantee, found in verdict["guarantees"].items() if found["status"] != "held"}
-    assert set(broken) <= {"ORD-3"} and set(broken.get("ORD-3", {}).get("anomalies", {})) <= {"nonmonotonic-poll"}, \
-        checked.stdout[-3000:]
+    assert checked.returncode == 0 and not broken, checked.stdout[-3000:]

@@ -50,6 +50,27 @@ def test_networks_made_at_the_same_moment_get_different_subnets(namespaces_avail
             network.destroy()
 
 
+def test_a_subnet_taken_by_someone_else_at_the_same_moment_is_given_up(namespaces_available, tmp_path, monkeypatch):
+    """A harness that does not take the lock (an older version) adds the same /24 between our
+    pick and our address: the network sees a second holder and moves to another subnet."""
+    squatter = f"kq{os.getpid() % 10000}"
+    taken = net.pick_subnet()
+    subprocess.run(["ip", "link", "add", squatter, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{taken.network_address + 1}/24", "dev", squatter], check=True)
+        picks = iter([taken])
+        real_pick = net.pick_subnet
+        monkeypatch.setattr(net, "pick_subnet", lambda exclude=(): next(picks, None) or real_pick(exclude))
+        network = net.Network(network_name(), nodes=1, state_dir=tmp_path / "state")
+        try:
+            network.create()
+            assert network.subnet != taken and net.subnet_holders(network.subnet) == [network.bridge]
+        finally:
+            network.destroy()
+    finally:
+        subprocess.run(["ip", "link", "del", squatter], check=False)
+
+
 def test_partition_adds_nothing_to_the_host_tables(network):
     before = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
     network.partition({1: {2}})
