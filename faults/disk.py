@@ -30,6 +30,8 @@ from faults import net
 STATE_SUBDIR = "disks"
 TMPFS_BYTES_DEFAULT = 64 * 1024 * 1024  # a 60 s run writes under 1 MiB per node; a fill takes this much RAM
 FILLER_FILE = "kspec-filler"
+FILL_CHUNK_BYTES = 1 << 20
+PAGE_BYTES = 4096
 MOUNT_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 20.0
 
@@ -78,17 +80,24 @@ class NodeDisk:
         return json.loads(self.lazyfs.stdout.readline())
 
     def fill(self) -> dict:
-        """Take every free byte of the tmpfs with a filler file."""
+        """Take every free byte of the tmpfs with a filler file: in chunks, halved at each ENOSPC
+        down to a page, since the free space statvfs tells can be gone by the time it is taken
+        (the broker and the FUSE layer write meanwhile: one fallocate of it all failed so)."""
         assert self.tmpfs_bytes is not None, "a full disk needs the tmpfs"
-        st = os.statvfs(self.tmpfs_dir)
-        free_bytes = st.f_bavail * st.f_frsize
+        filled_bytes, chunk_bytes = 0, FILL_CHUNK_BYTES
         fd = os.open(self.tmpfs_dir / FILLER_FILE, os.O_WRONLY | os.O_CREAT, 0o600)
         try:
-            if free_bytes:
-                os.posix_fallocate(fd, 0, free_bytes)
+            while chunk_bytes >= PAGE_BYTES:
+                try:
+                    os.posix_fallocate(fd, filled_bytes, chunk_bytes)
+                    filled_bytes += chunk_bytes
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    chunk_bytes //= 2
         finally:
             os.close(fd)
-        return {"filled_bytes": free_bytes}
+        return {"filled_bytes": filled_bytes}
 
     def free(self) -> dict:
         filler = self.tmpfs_dir / FILLER_FILE
@@ -130,7 +139,7 @@ def state_path(name: str, state_dir: Path = net.STATE_DIR) -> Path:
 
 
 def _record_mount(path: Path, mountpoint: Path) -> None:
-    state = json.loads(path.read_text()) if path.exists() else {"mounts": []}
+    state = json.loads(path.read_text()) if path.exists() else {"owner": net.owner(), "mounts": []}
     state["mounts"].append(str(mountpoint))
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
@@ -139,10 +148,14 @@ def _record_mount(path: Path, mountpoint: Path) -> None:
 
 
 def clean_all(state_dir: Path = net.STATE_DIR) -> list[str]:
-    """Unmount what crashed runs left mounted (newest first: FUSE before the tmpfs under it)."""
+    """Unmount what crashed runs left mounted (newest first: FUSE before the tmpfs under it);
+    a live run's mounts are left alone."""
     removed = []
     for path in sorted((state_dir / STATE_SUBDIR).glob("*.json")):
-        for mountpoint in reversed(json.loads(path.read_text())["mounts"]):
+        state = json.loads(path.read_text())
+        if net.owner_alive(state):  # a live run's mounts (faults/net.py clean_all)
+            continue
+        for mountpoint in reversed(state["mounts"]):
             if os.path.ismount(mountpoint) or _is_dead_fuse(mountpoint):
                 _run(["umount", "-l", mountpoint], check=False)
                 removed.append(f"mount {mountpoint}")

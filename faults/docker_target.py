@@ -51,6 +51,7 @@ from faults import net
 from faults.targets import READY_TIMEOUT_S, STOP_TIMEOUT_S, Target, TargetError, reference_overrides
 
 LABEL = "org.kspec.faults.run"   # on every container and network a run makes: the run's name
+OWNER_LABEL = "org.kspec.faults.owner"  # "pid:start ticks" of the process that made it; `clean` spares live owners
 MODE = "docker"
 CONTAINER_PORT = 9092
 LOG_TAIL_LINES = 20
@@ -125,9 +126,17 @@ class DockerNetwork:
 
     def create(self) -> None:
         from docker.types import IPAMConfig, IPAMPool
-        self.subnet = net.pick_subnet()
-        self.client.networks.create(self.name, driver="bridge", labels={LABEL: self.run_name}, ipam=IPAMConfig(
-            pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
+        with net.claiming_subnet():
+            given_up: list = []
+            while True:
+                self.subnet = net.pick_subnet(tuple(given_up))
+                created = self.client.networks.create(
+                    self.name, driver="bridge", labels=owner_labels(self.run_name), ipam=IPAMConfig(
+                        pool_configs=[IPAMPool(subnet=str(self.subnet), gateway=self.host_address)]))
+                if net.subnet_holders(self.subnet) == [f"br-{created.id[:12]}"]:
+                    break
+                created.remove()  # someone not taking the lock took it in the same moment (faults/net.py)
+                given_up.append(self.subnet)
 
     def node_address(self, node: int) -> str:
         assert self.subnet is not None and 0 <= node < self.nodes
@@ -240,6 +249,12 @@ class ContainerNode:
     def pid(self) -> int:
         return self._state()["Pid"]
 
+    @property
+    def exit_code(self) -> int | None:
+        """The container's exit status once it stopped, None while it runs (or before it ran)."""
+        state = self._state()
+        return None if state["Status"] in ("created", "running", "paused", "restarting") else state["ExitCode"]
+
     def save_log(self) -> None:
         self.log_path.write_bytes(self.container.logs(stdout=True, stderr=True))
 
@@ -314,7 +329,7 @@ def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str,
         created = client.api.create_container(
             image, command=[word.format(**node_values) for word in spec.command], name=f"{run_name}-n{index}",
             environment={k: v.format(**node_values) for k, v in spec.environment.items()},
-            labels={LABEL: run_name},
+            labels=owner_labels(run_name),
             host_config=client.api.create_host_config(binds=binds, network_mode=network.name),
             networking_config=client.api.create_networking_config(
                 {network.name: client.api.create_endpoint_config(ipv4_address=host)}))
@@ -323,28 +338,47 @@ def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str,
     return DockerTarget(spec.name, container_nodes, MODE, network)
 
 
+def owner_labels(run_name: str) -> dict[str, str]:
+    """The labels of everything a run makes: its name, and this process as its owner."""
+    pid, ticks = net.owner()
+    return {LABEL: run_name, OWNER_LABEL: f"{pid}:{ticks}"}
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    """Whether the process that made it still runs (the same process: pid and start time)."""
+    pid, _, ticks = labels.get(OWNER_LABEL, "").partition(":")
+    return pid.isdigit() and ticks.isdigit() and net.owner_alive({"owner": [int(pid), int(ticks)]})
+
+
 def clean_run(client, run_name: str) -> list[str]:
     """Remove the containers and the network of one run (stopped or not); what was removed."""
     return _remove_labelled(client, f"{LABEL}={run_name}")
 
 
 def clean() -> list[str]:
-    """Remove every container and network a run labelled (leftovers of crashed runs); what was removed."""
+    """Remove every container and network a run labelled whose run has ended without removing
+    them (a crashed run: its owner process is gone); what was removed. A live run's are
+    spared: several runs and tests share an engine, and removing a running run's containers
+    ended it with a traceback."""
     try:
         client = engine()
     except TargetError:
         return []
-    return _remove_labelled(client, LABEL)
+    return _remove_labelled(client, LABEL, spare_live=True)
 
 
-def _remove_labelled(client, label: str) -> list[str]:
+def _remove_labelled(client, label: str, spare_live: bool = False) -> list[str]:
     removed = []
     for container in client.containers.list(all=True, filters={"label": label}):
+        if spare_live and _owner_alive(container.labels):
+            continue
         if container.status == "paused":
             container.unpause()
         container.remove(force=True)
         removed.append(f"container {container.name}")
     for network in client.networks.list(filters={"label": label}):
+        if spare_live and _owner_alive(network.attrs.get("Labels") or {}):
+            continue
         network.remove()
         removed.append(f"network {network.name}")
     return removed

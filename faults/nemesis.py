@@ -328,10 +328,9 @@ class Nemesis:
     def _restart_if_stopped(self, node: int) -> dict:
         """A node that stopped by itself under a disk fault (not killed or cut) is started again,
         as an operator would once the disk is mended; its exit code is recorded."""
-        process = self.target.nodes[node].process
-        if process is None or process.poll() is None or node in self.killed | self.cut:
+        exit_code = self.target.nodes[node].exit_code
+        if exit_code is None or node in self.killed | self.cut:
             return {}
-        exit_code = process.returncode
         self.target.restart(node)
         return {"stopped_with": exit_code, "restarted": True}
 

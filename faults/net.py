@@ -31,11 +31,14 @@ the namespaces and deletes namespaces, veths and bridge named in every state fil
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 STATE_DIR = Path(os.environ.get("KSPEC_FAULTS_STATE_DIR", "/run/kspec-faults"))
@@ -47,6 +50,7 @@ NAME_CHARS_MAX = 8           # interface names are at most 15 bytes: "<name>-br"
 SUBNET_CANDIDATES = [ipaddress.ip_network(f"10.213.{third}.0/24") for third in range(7, 255, 16)]
 COMMAND_TIMEOUT_S = 20.0
 HOST = -1                    # in a grudge: the host side of the bridge, where the clients are
+SUBNET_LOCK_PATH = Path("/run/kspec-faults.subnet.lock")  # one per host, whatever the state dir: subnets are the host's
 
 
 class NetworkUnavailable(RuntimeError):
@@ -62,7 +66,7 @@ def check_capability() -> None:
     if os.geteuid() != 0:
         raise NetworkUnavailable("network namespaces need root (CAP_NET_ADMIN); "
                                  "partitions fall back to the proxy layer")
-    probe = f"ksprobe{os.getpid() % 100000}"
+    probe = f"ksprobe{os.getpid() % 100000}-{threading.get_native_id() % 100000}"  # one per thread of a process
     made = _run(["ip", "netns", "add", probe], check=False)
     if made.returncode != 0:
         raise NetworkUnavailable(f"cannot create a network namespace ({made.stderr.strip()}); "
@@ -76,8 +80,8 @@ def check_capability() -> None:
         _run(["ip", "netns", "del", probe], check=False)
 
 
-def pick_subnet() -> ipaddress.IPv4Network:
-    """The first candidate /24 that overlaps none of the host's routes or addresses."""
+def pick_subnet(exclude: tuple[ipaddress.IPv4Network, ...] = ()) -> ipaddress.IPv4Network:
+    """The first candidate /24 (not excluded) that overlaps none of the host's routes or addresses."""
     routes = _run(["ip", "-4", "-o", "route", "show", "table", "all"]).stdout.split("\n")
     addresses = _run(["ip", "-4", "-o", "addr", "show"]).stdout.split("\n")
     used = []
@@ -88,9 +92,30 @@ def pick_subnet() -> ipaddress.IPv4Network:
             except ValueError:
                 continue
     for candidate in SUBNET_CANDIDATES:
-        if not any(candidate.overlaps(net) for net in used if net.prefixlen > 0):
+        if candidate not in exclude and not any(candidate.overlaps(net) for net in used if net.prefixlen > 0):
             return candidate
     raise NetworkUnavailable("every candidate subnet 10.213.x.0/24 collides with a host route")
+
+
+def subnet_holders(subnet: ipaddress.IPv4Network) -> list[str]:
+    """The interfaces with an address in the subnet."""
+    holders = []
+    for line in _run(["ip", "-4", "-o", "addr", "show"]).stdout.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and ipaddress.ip_interface(fields[3]).ip in subnet:
+            holders.append(fields[1])
+    return holders
+
+
+@contextlib.contextmanager
+def claiming_subnet():
+    """Held from pick_subnet until the picked subnet's first address is on an interface (the
+    bridge, or a Docker network's): two runs starting at once, each seeing the same /24 free,
+    would both take it, and each run's clients would reach the other's nodes. An advisory
+    lock on a file; the kernel drops it with the process, so a crash leaves nothing held."""
+    with open(SUBNET_LOCK_PATH, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 class Network:
@@ -126,22 +151,32 @@ class Network:
         check_capability()
         if self.state_path.exists():
             clean_state_file(self.state_path)
-        self.subnet = pick_subnet()
-        prefix = self.subnet.prefixlen
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
         forward_chain = f"KSPEC-{self.name}"
         forward_parent = DOCKER_USER_CHAIN if _chain_exists(DOCKER_USER_CHAIN) else "FORWARD"
-        self.state_path.write_text(json.dumps({
-            "bridge": self.bridge, "subnet": str(self.subnet),
-            "namespaces": [self.namespace(i) for i in range(self.nodes)],
-            "veths": [self.veth(i) for i in range(self.nodes)],
-            "forward_chain": forward_chain, "forward_parent": forward_parent,
-        }))
-        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        with claiming_subnet():
+            given_up: list[ipaddress.IPv4Network] = []
+            while True:
+                self.subnet = pick_subnet(tuple(given_up))
+                self.state_path.write_text(json.dumps({
+                    "owner": owner(), "bridge": self.bridge, "subnet": str(self.subnet),
+                    "namespaces": [self.namespace(i) for i in range(self.nodes)],
+                    "veths": [self.veth(i) for i in range(self.nodes)],
+                    "forward_chain": forward_chain, "forward_parent": forward_parent,
+                }))
+                if self.bridge not in _links():
+                    _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+                address = f"{self.host_address}/{self.subnet.prefixlen}"
+                _run(["ip", "addr", "add", address, "dev", self.bridge])
+                if subnet_holders(self.subnet) == [self.bridge]:
+                    break
+                # Someone not taking the lock (an older harness) took it in the same moment.
+                _run(["ip", "addr", "del", address, "dev", self.bridge])
+                given_up.append(self.subnet)
+        prefix = self.subnet.prefixlen
         _run(["iptables", "-w", "-N", forward_chain])
         _run(["iptables", "-w", "-A", forward_chain, "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"])
         _run(["iptables", "-w", "-I", forward_parent, "1", "-j", forward_chain])
-        _run(["ip", "addr", "add", f"{self.host_address}/{prefix}", "dev", self.bridge])
         _run(["ip", "link", "set", self.bridge, "up"])
         for node in range(self.nodes):
             ns, veth = self.namespace(node), self.veth(node)
@@ -192,8 +227,8 @@ class Network:
 
 def record_processes(path: Path, pids: list[int]) -> None:
     """Write pids, with their start times, to a state file, so clean_all can kill them after a crash."""
-    state = json.loads(path.read_text()) if path.exists() else {}
-    state["processes"] = [[pid, _start_ticks(pid)] for pid in pids]
+    state = json.loads(path.read_text()) if path.exists() else {"owner": owner()}
+    state["processes"] = [[pid, start_ticks(pid)] for pid in pids]
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(state))
@@ -204,8 +239,8 @@ def clean_state_file(path: Path) -> list[str]:
     """Kill the processes in, and delete, everything one state file names; return what was removed."""
     state = json.loads(path.read_text())
     removed = []
-    for pid, start_ticks in state.get("processes", []):
-        if start_ticks is not None and _start_ticks(pid) == start_ticks:  # the same process, not a reused pid
+    for pid, ticks in state.get("processes", []):
+        if ticks is not None and start_ticks(pid) == ticks:  # the same process, not a reused pid
             _kill(pid)
             removed.append(f"process {pid}")
     existing = set(_namespaces())
@@ -227,11 +262,32 @@ def clean_state_file(path: Path) -> list[str]:
     return removed
 
 
+def owner() -> list[int | None]:
+    """[pid, start ticks] of this process: what a state file names as the run that wrote it."""
+    return [os.getpid(), start_ticks(os.getpid())]
+
+
+def owner_alive(state: dict) -> bool:
+    """Whether the process that wrote a state file still runs (pid and start time both match)."""
+    pid, ticks = state.get("owner") or (None, None)
+    return pid is not None and ticks is not None and start_ticks(pid) == ticks
+
+
 def clean_all(state_dir: Path = STATE_DIR) -> list[str]:
-    """Clean every state file in state_dir (leftovers of crashed runs); return what was removed."""
+    """Clean every state file in state_dir whose run has ended (a crashed run: the process that
+    wrote it is gone); return what was removed. A live run's file is left alone: runs and
+    tests share the host, and cleaning a live run killed its nodes mid-run."""
     if not state_dir.exists():
         return []
-    return [item for path in sorted(state_dir.glob("*.json")) for item in clean_state_file(path)]
+    removed = []
+    for path in sorted(state_dir.glob("*.json")):
+        try:
+            live = owner_alive(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            live = False
+        if not live:
+            removed += clean_state_file(path)
+    return removed
 
 
 def leftovers(name: str) -> list[str]:
@@ -257,7 +313,7 @@ def _remove_forward_chain(chain: str, parent: str) -> list[str]:
     return [f"iptables chain {chain} (jumped to from {parent})"]
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

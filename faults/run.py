@@ -122,6 +122,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         mode, mode_reason = docker_target.MODE, "containers on a bridge network of their own"
         if options.network != "auto" or "link" in options.nemeses:
             raise RunError("containers' faults go through the Docker network: leave --network auto, no link nemesis")
+        if "clock" in options.nemeses:
+            raise RunError("the clock nemesis preloads libfaketime into the host's nodes: not with containers")
     else:
         mode, mode_reason = choose_mode(options.network, options.nemeses)
     rng = random.Random(options.seed)

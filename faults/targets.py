@@ -63,7 +63,17 @@ class TargetError(RuntimeError):
     pass
 
 
-class ReferenceNode(BrokerProcess):
+class ExitCode:
+    """`exit_code` of a node that is one local process: None while it runs (or before it ran)."""
+
+    process: subprocess.Popen | None
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+
+class ReferenceNode(BrokerProcess, ExitCode):
     """`kspec broker` as a node: BrokerProcess with its command optionally run in a namespace."""
 
     def __init__(self, data_dir: str, *, listen: str, node_id: int, overrides: dict[str, str],
@@ -89,7 +99,7 @@ class ReferenceNode(BrokerProcess):
         return self.process.pid
 
 
-class CommandNode:
+class CommandNode(ExitCode):
     """A node started by a command line; up once its port accepts TCP connections."""
 
     def __init__(self, node_id: int, command: list[str], address: tuple[str, int], bootstrap: str, log_path: str,

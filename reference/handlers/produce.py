@@ -20,12 +20,13 @@ import inspect
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.leader_epoch import current_leader
 from reference.handlers.metadata import INTERNAL_TOPICS
+from reference.handlers.produce_validation import large_batches, validate_off_loop
 from reference.handlers.transactions import txn_node
 from reference.node.broker import Broker, TopicPartition
 from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import RecordBatch, iter_batches
-from reference.protocol.validator import RecordValidationError
+from reference.protocol.validator import RecordValidationError, ValidatedBatch
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 ZSTD_MIN_VERSION = 7  # KIP-110: clients that can read zstd send Produce v7+
@@ -36,18 +37,21 @@ NO_TIMESTAMP = -1
 
 def handle_produce(broker: Broker, request, context: RequestContext):
     verifying = txn_node(broker, context.now_ms).verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
+    large = large_batches(broker, request, context.api_version)  # validated off the loop (produce_validation.py)
+    if verifying is not None or large:
+        return _produce_when_ready(verifying, large, broker, request, context)
+    return _produce(broker, request, context, {})
+
+
+async def _produce_when_ready(verifying, large: dict, broker: Broker, request, context: RequestContext) -> dict | None:
     if verifying is not None:
-        return _produce_once_verified(verifying, broker, request, context)
-    return _produce(broker, request, context)
-
-
-async def _produce_once_verified(verifying, broker: Broker, request, context: RequestContext) -> dict | None:
-    await verifying
-    response = _produce(broker, request, context)
+        await verifying
+    validated = await validate_off_loop(large, context.now_ms)
+    response = _produce(broker, request, context, validated)
     return await response if inspect.isawaitable(response) else response
 
 
-def _produce(broker: Broker, request, context: RequestContext):
+def _produce(broker: Broker, request, context: RequestContext, validated: dict[int, ValidatedBatch]):
     responses = []
     failures = []
     leader_endpoints: dict[int, dict] = {}  # NodeEndpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers
@@ -68,8 +72,9 @@ def _produce(broker: Broker, request, context: RequestContext):
                     raise topic_error
                 if context.api_version < ZSTD_MIN_VERSION:
                     _refuse_zstd(partition_data.records)
-                response, required_offset = _append(broker, request.acks, topic_partition,
-                                                    partition_data.records, request.transactional_id, context.now_ms)
+                response, required_offset = _append(broker, request.acks, topic_partition, partition_data.records,
+                                                    validated.get(id(partition_data)), request.transactional_id,
+                                                    context.now_ms)
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
@@ -125,8 +130,8 @@ def _name_the_leader(broker: Broker, context: RequestContext, partition_response
         partition_response["current_leader"] = current_leader(broker, topic_partition, leader_endpoints)
 
 
-def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, transactional_id: str | None,
-            now_ms: int) -> tuple[dict, int]:
+def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, validated: ValidatedBatch | None,
+            transactional_id: str | None, now_ms: int) -> tuple[dict, int]:
     """The partition response and the offset the ISR must pass before an acks=all answer."""
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use -1, 0 or 1")
@@ -134,7 +139,7 @@ def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records,
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic_partition.topic}")
     transactions = txn_node(broker, now_ms)
     transactions.check_produce(topic_partition, transactional_id, records)  # KIP-890 verification
-    info = broker.append(topic_partition, records if records is not None else b"", now_ms, acks)  # validates
+    info = broker.append(topic_partition, validated or (records if records is not None else b""), now_ms, acks)  # validates
     transactions.on_produced(topic_partition, records, info.first_offset)
     return {"error_code": ErrorCode.NONE, "base_offset": info.first_offset,
             "log_append_time_ms": info.log_append_time_ms, "log_start_offset": info.log_start_offset,

@@ -536,7 +536,8 @@ class ClusterBroker(Broker):
         replica = self.partitions.get(topic_partition)
         if replica is not None and replica.pending_alter_partition is not None:
             replica.handle_alter_partition_error(error)
-        self._alter_partition_sent_ms.pop(topic_partition, None)
+        if replica is None or replica.pending_alter_partition is None:  # a kept proposal waits to be resent
+            self._alter_partition_sent_ms.pop(topic_partition, None)
 
     def _tick(self, now_ms: int) -> None:
         for topic_partition, replica in self.partitions.items():

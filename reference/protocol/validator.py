@@ -38,6 +38,7 @@ from reference.protocol.records import (
     TIMESTAMP_TYPE_CREATE_TIME,
     RecordBatch,
     _read_varint,
+    validate_produce,
 )
 
 _INT32 = struct.Struct(">i")
@@ -66,6 +67,32 @@ class RecordValidationError(KafkaError):
         shown = "; ".join(f"record {index}: {message}" for index, message in record_errors[:RECORD_ERRORS_IN_MESSAGE_MAX])
         super().__init__(code, f"{len(record_errors)} record(s) refused, the first: {shown}")
         self.record_errors = record_errors
+
+
+@dataclass(frozen=True)
+class ValidatedBatch:
+    """A Produce request's records for one partition, checked under `rules` (validate_produce
+    and validate_records) ahead of the append, e.g. in a worker thread: the log appends it
+    without a second walk while its rules are still these. `outcome` is the batch with its
+    records decompressed, or the error the append must raise."""
+
+    records: bytes | memoryview
+    rules: ValidationRules
+    outcome: tuple[RecordBatch, bytes] | KafkaError
+
+    def batch_and_body(self) -> tuple[RecordBatch, bytes]:
+        if isinstance(self.outcome, KafkaError):
+            raise self.outcome
+        return self.outcome
+
+
+def validate_batch(records: bytes | memoryview, rules: ValidationRules, now_ms: int) -> ValidatedBatch:
+    """Everything a produced batch must pass before it is stored; errors are kept in the result."""
+    try:
+        (batch,) = validate_produce(records, max_message_bytes=rules.max_message_bytes)
+        return ValidatedBatch(records, rules, (batch, validate_records(batch, rules, now_ms)))
+    except KafkaError as e:
+        return ValidatedBatch(records, rules, e)
 
 
 def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) -> bytes:

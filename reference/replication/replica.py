@@ -201,10 +201,16 @@ class PartitionReplica:
             self.fetch_state = FetchState.FETCHING  # nothing written yet: nothing can diverge
 
     def handle_alter_partition_error(self, error: ErrorCode) -> None:
-        """The controller refused the proposal (e.g. a stale partition epoch): drop it, so the
-        next check proposes again from the current state."""
+        """The controller refused the proposal. A stale partition or leader epoch
+        (INVALID_UPDATE_VERSION, FENCED_LEADER_EPOCH) may mean that it applied this very
+        proposal and the answer was lost, the resend then refused: the change is kept until
+        the metadata says which ISR is committed, so the HW goes on counting the replica being
+        added, which the controller may already elect (Kafka's Partition keeps the pending
+        state for these errors). Other errors mean nothing was applied: the proposal is
+        dropped, and the next check proposes again from the current state."""
         assert error != ErrorCode.NONE
-        self.pending_alter_partition = None
+        if error not in (ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.FENCED_LEADER_EPOCH):
+            self.pending_alter_partition = None
 
     # ---------------------------------------------------------------- leader
 

@@ -40,9 +40,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import (NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, recompress,
-                                       validate_produce)
-from reference.protocol.validator import ValidationRules, validate_records
+from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, recompress
+from reference.protocol.validator import ValidatedBatch, ValidationRules, validate_batch
 from reference.storage.config import LogConfig
 from reference.storage.atomic import fsync_directory, replace_file
 from reference.storage.producer_state import ProducerStateManager
@@ -264,17 +263,21 @@ class Log:
         return ValidationRules(config.max_message_bytes, config.compact, config.log_append_time,
                                config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
 
-    def append_as_leader(self, records: bytes | memoryview, leader_epoch: int, now_ms: int,
+    def append_as_leader(self, records: bytes | memoryview | ValidatedBatch, leader_epoch: int, now_ms: int,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
         """Validate a Produce request's records (or a coordinator's transaction marker) for
         this partition, check producer state, assign offsets and append. Raises KafkaError (see
-        records.validate_produce and producer_state). A duplicate idempotent batch is not
-        appended; its original offsets are returned."""
+        records.validate_produce, protocol/validator.py and producer_state). Records validated
+        ahead (a ValidatedBatch, under the rules this log still has) are not walked again. A
+        duplicate idempotent batch is not appended; its original offsets are returned."""
         if origin is AppendOrigin.COORDINATOR:
             batch = self._check_marker(records)
         else:
-            (batch,) = validate_produce(records, max_message_bytes=self.config.max_message_bytes)
-            records_body = validate_records(batch, self.validation_rules, now_ms)
+            rules = self.validation_rules
+            if not (isinstance(records, ValidatedBatch) and records.rules == rules):
+                records = validate_batch(records.records if isinstance(records, ValidatedBatch) else records,
+                                         rules, now_ms)
+            batch, records_body = records.batch_and_body()
             target = self.config.target_compression
             if target is not None and target != batch.compression:
                 batch = self._recompressed(batch, records_body, target)

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from broker_helpers import TOPIC, produce, read_all
 from faults import image as reference_image
 from faults import net
+from faults.disk import NodeDisk
 from faults.targets import TargetError
 from faults_helpers import wait_until
 
@@ -32,6 +34,7 @@ DOCKERD_START_TIMEOUT_S = 60.0
 DOCKERD_STOP_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 1.0
 RUN_TIMEOUT_S = 240
+VALUE_BYTES_WHOLE_PAGES = 2000  # a full tmpfs refuses these (a partial page would take small records)
 
 
 @pytest.fixture(scope="module")
@@ -141,18 +144,104 @@ def test_a_toml_described_image_partitions_in_the_containers_namespaces_and_a_re
     assert leftovers(engine) == []
 
 
-def test_kspec_faults_clean_removes_the_containers_and_network_of_a_crashed_run(engine, reference_image_name,
-                                                                                  tmp_path):
-    run_name = f"ktc{os.getpid() % 100000}"
-    target = docker_target.docker_target(docker_target.reference_spec(2, reference_image_name), 2, tmp_path,
-                                         run_name, engine)
-    target.nodes[0].start()
-    target.pause(0)
-    assert len(leftovers(engine)) == 3
-    done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "clean"], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(REPOSITORY)}, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert f"removed container {run_name}-n0" in done.stdout and f"removed network {run_name}-net" in done.stdout
+class OnNodeDisk:
+    """One reference container whose data dir is a NodeDisk, mounted on the host before the
+    container starts: the container's bind mount of node-0/ is that mount."""
+
+    def __init__(self, engine, image: str, tmp_path: Path, node_disk: NodeDisk) -> None:
+        self.engine, self.node_disk, self.run_name = engine, node_disk, f"kts{os.getpid() % 100000}"
+        self.target = docker_target.docker_target(docker_target.reference_spec(1, image), 1, tmp_path, self.run_name,
+                                                  engine)
+
+    def __enter__(self):
+        self.node_disk.mount()
+        self.target.start()
+        self.target.wait_until_serving()
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": self.target.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        return self.target
+
+    def __exit__(self, *exc_info) -> None:
+        docker_target.clean_run(self.engine, self.run_name)
+        self.node_disk.unmount()
+        assert leftovers(self.engine) == [] and not os.path.ismount(self.node_disk.data_dir)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(shutil.which("fusermount3") is None or not os.path.exists("/dev/fuse"),
+                    reason="the FUSE layer needs /dev/fuse and fusermount3 (Debian: fuse3)")
+def test_a_power_cut_of_a_container_drops_what_its_broker_did_not_fsync(engine, reference_image_name, tmp_path):
+    """Kafka's defaults fsync nothing per record: a cut takes acked records with it."""
+    node_disk = NodeDisk(tmp_path, 0, lazy=True, tmpfs_bytes=None, state_path=tmp_path / "disks.json")
+    with OnNodeDisk(engine, reference_image_name, tmp_path, node_disk) as target:
+        bootstrap = target.nodes[0].bootstrap
+        acked, _ = produce(bootstrap, range(200))
+        assert len(acked) == 200
+        target.kill(0)
+        cut = node_disk.command(op="cut")
+        assert cut["dropped_bytes"] > 0, cut
+        target.restart(0)
+        target.wait_until_serving()
+        values, errors = read_all(bootstrap)
+    assert not errors and len(values) < 200, "acked records went with what was never fsynced"
+
+
+@pytest.mark.timeout(180)
+def test_a_container_whose_disk_fills_stops_with_one_line_and_serves_again_once_freed(engine, reference_image_name,
+                                                                                       tmp_path):
+    node_disk = NodeDisk(tmp_path, 0, lazy=False, tmpfs_bytes=16 << 20, state_path=tmp_path / "disks.json")
+    with OnNodeDisk(engine, reference_image_name, tmp_path, node_disk) as target:
+        bootstrap = target.nodes[0].bootstrap
+        before, _ = produce(bootstrap, range(0, 20), VALUE_BYTES_WHOLE_PAGES)
+        assert node_disk.fill()["filled_bytes"] > 0
+        _, failed = produce(bootstrap, range(20, 40), VALUE_BYTES_WHOLE_PAGES)
+        assert failed
+        assert wait_until(lambda: target.nodes[0].exit_code is not None, 60), "the broker stops on a full disk"
+        assert target.nodes[0].exit_code != 0
+        node_disk.free()
+        target.restart(0)
+        target.wait_until_serving()
+        after, failed = produce(bootstrap, range(40, 60), VALUE_BYTES_WHOLE_PAGES)
+        values, errors = read_all(bootstrap)
+        target.stop()
+        target.save_logs()
+    assert len(before) == 20 and len(after) == 20 and not failed
+    assert not errors and set(before + after) <= set(values)
+    assert "every log dir has failed" in (tmp_path / "node-0.log").read_text()
+
+
+def test_kspec_faults_clean_removes_the_containers_and_network_of_a_crashed_run_and_spares_a_live_one(
+        engine, reference_image_name, tmp_path):
+    """A run whose process died (here: a child that makes its containers, pauses one and exits)
+    is cleaned up; the containers of a run whose process lives (this test's) are not touched."""
+    crashed, live = f"ktc{os.getpid() % 100000}", f"ktl{os.getpid() % 100000}"
+    crash = textwrap.dedent(f"""\
+        from pathlib import Path
+        from faults import docker_target
+        client = docker_target.engine()
+        spec = docker_target.reference_spec(2, {reference_image_name!r})
+        target = docker_target.docker_target(spec, 2, Path({str(tmp_path / "crashed")!r}), {crashed!r}, client)
+        target.nodes[0].start()
+        target.pause(0)
+        """)
+    try:
+        made = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
+        assert made.returncode == 0, made.stderr[-2000:]
+        docker_target.docker_target(docker_target.reference_spec(1, reference_image_name), 1, tmp_path / "live",
+                                    live, engine)
+        assert len(leftovers(engine)) == 3 + 2
+        # a state dir of its own: the host's namespaces and mounts belong to other runs
+        done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "clean"], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPOSITORY),
+                                   "KSPEC_FAULTS_STATE_DIR": str(tmp_path / "state")}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert f"removed container {crashed}-n0" in done.stdout and f"removed network {crashed}-net" in done.stdout
+        assert sorted(leftovers(engine)) == [f"{live}-n0", f"{live}-net"]
+    finally:
+        docker_target.clean_run(engine, crashed)
+        docker_target.clean_run(engine, live)
     assert leftovers(engine) == []
 
 
@@ -168,11 +257,10 @@ def test_an_image_the_engine_does_not_have_is_one_line_and_exit_1(engine, tmp_pa
 @pytest.mark.timeout(2 * RUN_TIMEOUT_S)
 def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_nothing(
         engine, reference_image_name, tmp_path):
-    """kspec check reads the whole history and every guarantee holds, but for one anomaly of
-    ORD-3 that is tolerated here: in 1 of the first 8 such runs a consumer assigned to a
-    partition polled records it had read already (nonmonotonic-poll). The containers run the
-    same broker and clients as netns mode; whether netns runs show it too is not measured
-    (their tests do not run the checker), so it is the broker's finding, not this target's."""
+    """kspec check reads the whole history and every guarantee holds. (One ORD-3
+    nonmonotonic-poll in about 1 of 8 runs was once tolerated here: it came from runs that
+    shared a host and picked the same subnet at the same moment, so clients were served by
+    another run's brokers; subnets are now claimed under a host-wide lock, faults/net.py.)"""
     out_dir = tmp_path / "docker-run"
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
     done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "run", "--target", "docker", "--nodes", "3",
@@ -196,5 +284,4 @@ def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_not
     verdict = json.loads((out_dir / "check" / "verdict.json").read_text())
     assert verdict["ops"] >= results["completions"]["ok"]
     broken = {guarantee: found for guarantee, found in verdict["guarantees"].items() if found["status"] != "held"}
-    assert set(broken) <= {"ORD-3"} and set(broken.get("ORD-3", {}).get("anomalies", {})) <= {"nonmonotonic-poll"}, \
-        checked.stdout[-3000:]
+    assert checked.returncode == 0 and not broken, checked.stdout[-3000:]

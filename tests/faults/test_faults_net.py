@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,40 @@ def test_an_isolated_node_cannot_reach_the_others_until_healed(network):
     network.heal()
     assert network.drop_rules(0) == []
     assert can_connect(network, 0, 1) and can_connect(network, 2, 0)
+
+
+def test_networks_made_at_the_same_moment_get_different_subnets(namespaces_available, tmp_path):
+    """Each sees the same /24 free; the subnet claim makes the second pick after the first
+    one's bridge holds its address (several runs and tests share a host)."""
+    networks = [net.Network(network_name(), nodes=1, state_dir=tmp_path / "state") for _ in range(4)]
+    try:
+        with ThreadPoolExecutor(len(networks)) as pool:
+            list(pool.map(lambda network: network.create(), networks))
+        assert len({network.subnet for network in networks}) == len(networks)
+    finally:
+        for network in networks:
+            network.destroy()
+
+
+def test_a_subnet_taken_by_someone_else_at_the_same_moment_is_given_up(namespaces_available, tmp_path, monkeypatch):
+    """A harness that does not take the lock (an older version) adds the same /24 between our
+    pick and our address: the network sees a second holder and moves to another subnet."""
+    squatter = f"kq{os.getpid() % 10000}"
+    taken = net.pick_subnet()
+    subprocess.run(["ip", "link", "add", squatter, "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", f"{taken.network_address + 1}/24", "dev", squatter], check=True)
+        picks = iter([taken])
+        real_pick = net.pick_subnet
+        monkeypatch.setattr(net, "pick_subnet", lambda exclude=(): next(picks, None) or real_pick(exclude))
+        network = net.Network(network_name(), nodes=1, state_dir=tmp_path / "state")
+        try:
+            network.create()
+            assert network.subnet != taken and net.subnet_holders(network.subnet) == [network.bridge]
+        finally:
+            network.destroy()
+    finally:
+        subprocess.run(["ip", "link", "del", squatter], check=False)
 
 
 def test_partition_adds_nothing_to_the_host_tables(network):

@@ -3,13 +3,15 @@ Kafka's default flush settings loses acked records to a cut of its only replica,
 log.flush.interval.messages=1 it loses none; `kspec faults clean` unmounts what a crashed run left."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
 from broker_helpers import broker_on, produce, read_all
-from faults import clock, disk
+from faults import clock, disk, net
 from faults.disk import NodeDisk
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("fusermount3") is None
@@ -91,7 +93,14 @@ def test_clean_unmounts_what_a_crashed_run_left(tmp_path):
     node_disk.mount()
     node_clock = clock.NodeClock("crashed", 0, state_dir)
     node_clock.create()
-    node_disk.lazyfs.kill()  # the harness and its FUSE process die with the mounts in place
+    assert disk.clean_all(state_dir) == [], "the mounts of a live run (this test's process) are left alone"
+    harness = subprocess.Popen(["sleep", "60"])  # stands for the harness that wrote the state file
+    state_file = disk.state_path("crashed", state_dir)
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()),
+                                      "owner": [harness.pid, net.start_ticks(harness.pid)]}))
+    harness.kill()  # the harness and its FUSE process die with the mounts in place
+    harness.wait()
+    node_disk.lazyfs.kill()
     node_disk.lazyfs.wait()
 
     removed = disk.clean_all(state_dir) + clock.clean_all(state_dir)

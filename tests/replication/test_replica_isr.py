@@ -62,6 +62,32 @@ def test_a_follower_rejoins_only_after_reaching_the_leader_epoch_start(partition
     assert p[0].isr == (0, 1) and p[0].high_watermark == 3
 
 
+@pytest.mark.parametrize("error, kept", [(ErrorCode.INVALID_UPDATE_VERSION, True),
+                                          (ErrorCode.OPERATION_NOT_ATTEMPTED, False)])
+def test_an_expansion_the_controller_may_have_applied_keeps_counting_the_new_replica(partition, error, kept):
+    """The controller commits ISR (0, 1, 2), its answer is lost, and the resend is refused for
+    its stale partition epoch: broker 2 may be elected already, so until the metadata comes
+    the HW must not pass what broker 2 has. A refusal that applied nothing drops the change."""
+    p = partition([0, 1, 2])
+    p.elect(leader=0, epoch=1, isr=[0, 1])
+    p.produce(0, b"a")
+    p.catch_up(1)
+    p.truncate(2)
+    p.fetch(2)
+    p.fetch(2)  # now at the HW: proposed
+    assert p[0].pending_alter_partition.new_isr == (0, 1, 2)
+    p[0].handle_alter_partition_error(error)
+    p.produce(0, b"b")
+    p.fetch(1)
+    p.fetch(1)
+    assert (p[0].maximal_isr, p[0].high_watermark) == (((0, 1, 2), 1) if kept else ((0, 1), 2))
+    if kept:
+        p.commit_alter_partition(0)  # the metadata arrives: ISR (0, 1, 2) is committed
+        p.fetch(2)
+        p.fetch(2)
+        assert p[0].pending_alter_partition is None and p[0].high_watermark == 2
+
+
 def test_acks_all_below_min_insync_replicas(partition):
     p = partition([0, 1], min_insync_replicas=2)
     p.elect(leader=0, epoch=1, isr=[0])
