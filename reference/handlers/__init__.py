@@ -1,10 +1,14 @@
 """Request handlers: one module per API family, each a thin function
 `handle_x(broker, request, context) -> response dict` (None: no response, as acks=0 Produce).
 
-Fetch is the one handler the shell drives itself (`fetch.read_fetch`), because it may wait.
-HANDLERS covers exactly the keys advertised in reference/protocol/api_versions.py.
+HANDLERS answer at once; WAITING_HANDLERS are `async def` and may wait (a rebalance phase,
+the ISR, another node), and the shell awaits them. Fetch is the one handler the shell drives
+itself (`fetch.read_fetch`): it re-runs it as appends land (its purgatory). Together they cover
+exactly the keys advertised in reference/protocol/api_versions.py.
 """
 from __future__ import annotations
+
+import inspect
 
 from reference.handlers.acls import handle_create_acls, handle_delete_acls, handle_describe_acls
 from reference.handlers.api_versions import handle_api_versions
@@ -54,14 +58,12 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 
 HANDLERS = {
-    ApiKey.PRODUCE: handle_produce,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
     ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DELETE_RECORDS: handle_delete_records,
-    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
@@ -69,23 +71,11 @@ HANDLERS = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,
-    ApiKey.JOIN_GROUP: handle_join_group,  # a coroutine: waits for the join phase
-    ApiKey.SYNC_GROUP: handle_sync_group,  # a coroutine: waits for the leader's assignment
     ApiKey.HEARTBEAT: handle_heartbeat,
-    ApiKey.LEAVE_GROUP: handle_leave_group,
-    ApiKey.OFFSET_COMMIT: handle_offset_commit,
     ApiKey.OFFSET_FETCH: handle_offset_fetch,
-    ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
     ApiKey.LIST_GROUPS: handle_list_groups,
-    ApiKey.DELETE_GROUPS: handle_delete_groups,
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
     ApiKey.CONSUMER_GROUP_DESCRIBE: handle_consumer_group_describe,
-    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
-    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
-    ApiKey.END_TXN: handle_end_txn,
-    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
-    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
     ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
     ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
     ApiKey.DESCRIBE_QUORUM: handle_describe_quorum,  # cluster nodes only: one node has no quorum
@@ -98,4 +88,24 @@ HANDLERS = {
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: handle_describe_user_scram_credentials,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: handle_alter_user_scram_credentials,
 }
-assert set(HANDLERS) | {ApiKey.FETCH} == set(SUPPORTED_API_VERSIONS) | set(CLUSTER_ONLY_API_VERSIONS)
+WAITING_HANDLERS = {
+    ApiKey.PRODUCE: handle_produce,
+    ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.JOIN_GROUP: handle_join_group,  # waits for the join phase
+    ApiKey.SYNC_GROUP: handle_sync_group,  # waits for the leader's assignment
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: handle_consumer_group_heartbeat,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+}
+assert not set(HANDLERS) & set(WAITING_HANDLERS)
+assert set(HANDLERS) | set(WAITING_HANDLERS) | {ApiKey.FETCH} == (set(SUPPORTED_API_VERSIONS)
+                                                                   | set(CLUSTER_ONLY_API_VERSIONS))
+assert all(inspect.iscoroutinefunction(handler) for handler in WAITING_HANDLERS.values())
+assert not any(inspect.iscoroutinefunction(handler) for handler in HANDLERS.values())

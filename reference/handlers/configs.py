@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from reference.config import TOPIC_DEFAULT_SYNONYMS, BrokerConfig
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.node.metadata import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.storage.config import BOOLEAN_CONFIGS, LogConfig
@@ -47,7 +47,7 @@ BROKER_SYNONYM = {topic_key: broker_key for broker_key, topic_key in TOPIC_DEFAU
 KAFKA_DEFAULTS = LogConfig().to_properties()
 
 
-def handle_describe_configs(broker: Broker, request, context: RequestContext) -> dict:
+def handle_describe_configs(broker: BrokerNode, request, context: RequestContext) -> dict:
     results = []
     for resource in request.resources:
         result = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": resource.resource_type,
@@ -72,7 +72,7 @@ def handle_describe_configs(broker: Broker, request, context: RequestContext) ->
     return {"throttle_time_ms": 0, "results": results}
 
 
-def describe_topic_configs(broker: Broker, overrides: dict[str, str], keys, include_synonyms: bool) -> list[dict]:
+def describe_topic_configs(broker: BrokerNode, overrides: dict[str, str], keys, include_synonyms: bool) -> list[dict]:
     broker_defaults = broker.config.topic_defaults()
     effective = broker.log_config(overrides).to_properties()
     entries = []
@@ -95,7 +95,7 @@ def describe_topic_configs(broker: Broker, overrides: dict[str, str], keys, incl
     return entries
 
 
-def _describe_broker_configs(broker: Broker, keys, include_synonyms: bool) -> list[dict]:
+def _describe_broker_configs(broker: BrokerNode, keys, include_synonyms: bool) -> list[dict]:
     defaults = BrokerConfig()
     entries = []
     for field in fields(BrokerConfig):
@@ -115,7 +115,7 @@ def _describe_broker_configs(broker: Broker, keys, include_synonyms: bool) -> li
     return entries
 
 
-def _describe_group_configs(broker: Broker, group_id: str, keys, include_synonyms: bool) -> list[dict]:
+def _describe_group_configs(broker: BrokerNode, group_id: str, keys, include_synonyms: bool) -> list[dict]:
     """A group's configs: its own values over the broker's group.consumer.* values."""
     overrides = broker.image.group_configs.get(group_id, {})
     defaults = BrokerConfig()
@@ -137,7 +137,7 @@ def _describe_group_configs(broker: Broker, group_id: str, keys, include_synonym
     return entries
 
 
-def _check_group_configs(broker: Broker, names, overrides: dict[str, str]) -> None:
+def _check_group_configs(broker: BrokerNode, names, overrides: dict[str, str]) -> None:
     """A group's own values: known names, integers within the broker's group.consumer.min/max.* bounds,
     and a heartbeat interval below the session timeout (GroupConfig.validate); KafkaError(INVALID_CONFIG)."""
     unknown = sorted(set(names) - set(GROUP_CONFIG_SYNONYMS))
@@ -168,7 +168,7 @@ def _check_group_configs(broker: Broker, names, overrides: dict[str, str]) -> No
                          "consumer.session.timeout.ms")
 
 
-def handle_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
+def handle_alter_configs(broker: BrokerNode, request, context: RequestContext) -> dict:
     """Legacy AlterConfigs: the given configs replace all of the topic's overrides."""
     responses = []
     for resource in request.resources:
@@ -180,7 +180,7 @@ def handle_alter_configs(broker: Broker, request, context: RequestContext) -> di
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-def handle_incremental_alter_configs(broker: Broker, request, context: RequestContext) -> dict:
+def handle_incremental_alter_configs(broker: BrokerNode, request, context: RequestContext) -> dict:
     responses = []
     for resource in request.resources:
         def apply_operations(current: dict[str, str]) -> dict[str, str | None]:
@@ -190,7 +190,7 @@ def handle_incremental_alter_configs(broker: Broker, request, context: RequestCo
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-def _alter(broker: Broker, resource, changes_for, validate_only: bool, now_ms: int) -> dict:
+def _alter(broker: BrokerNode, resource, changes_for, validate_only: bool, now_ms: int) -> dict:
     response = {"error_code": ErrorCode.NONE, "error_message": None, "resource_type": resource.resource_type,
                 "resource_name": resource.resource_name}
     try:
@@ -209,7 +209,7 @@ def _alter(broker: Broker, resource, changes_for, validate_only: bool, now_ms: i
     return response
 
 
-def _alter_group(broker: Broker, group_id: str, changes_for, validate_only: bool, now_ms: int) -> None:
+def _alter_group(broker: BrokerNode, group_id: str, changes_for, validate_only: bool, now_ms: int) -> None:
     if not group_id:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "a GROUP config resource needs a group id")
     current = dict(broker.image.group_configs.get(group_id, {}))
@@ -218,7 +218,7 @@ def _alter_group(broker: Broker, group_id: str, changes_for, validate_only: bool
     broker.alter_group_configs(group_id, changes, validate_only, now_ms)
 
 
-def _operation(broker: Broker, current: dict[str, str], config) -> str | None:
+def _operation(broker: BrokerNode, current: dict[str, str], config) -> str | None:
     if config.config_operation == OP_SET:
         return config.value
     if config.config_operation == OP_DELETE:
@@ -243,7 +243,7 @@ def _check_unique(configs) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"config(s) given more than once: {', '.join(repeated)}")
 
 
-def _check_broker_name(broker: Broker, resource_name: str) -> None:
+def _check_broker_name(broker: BrokerNode, resource_name: str) -> None:
     if resource_name not in ("", str(broker.config.node_id)):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"this is broker {broker.config.node_id}, not {resource_name!r}")
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker, check_topic_name
+from reference.node.broker import check_topic_name
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
 
@@ -20,7 +21,7 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ENDPOINT_TYPE_BROKER = 1
 
 
-def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
+def handle_metadata(broker: BrokerNode, request, context: RequestContext) -> dict:
     version = context.api_version
     topic_operations = authorized_operations("topic", request.get("include_topic_authorized_operations", False))
     if request.topics is None or (version == 0 and not request.topics):
@@ -42,7 +43,7 @@ def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
     }
 
 
-def handle_describe_cluster(broker: Broker, request, context: RequestContext) -> dict:
+def handle_describe_cluster(broker: BrokerNode, request, context: RequestContext) -> dict:
     error = ErrorCode.NONE
     if context.api_version >= 1 and request.endpoint_type != ENDPOINT_TYPE_BROKER:
         error = ErrorCode.MISMATCHED_ENDPOINT_TYPE  # this node serves broker endpoints only
@@ -60,7 +61,7 @@ def handle_describe_cluster(broker: Broker, request, context: RequestContext) ->
     }
 
 
-def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) -> dict:
+def _requested_topic(broker: BrokerNode, wanted, allow_create: bool, now_ms: int) -> dict:
     name = wanted.name
     topic_id = wanted.get("topic_id", ZERO_UUID)  # v10+
     try:
@@ -76,7 +77,7 @@ def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) ->
         return {"error_code": e.code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
-def _describe_topic(broker: Broker, name: str) -> dict:
+def _describe_topic(broker: BrokerNode, name: str) -> dict:
     topic = broker.topic(name)
     partitions = [broker.partition_metadata(name, index) for index in range(topic.partition_count)]
     return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": name in INTERNAL_TOPICS,

@@ -85,9 +85,6 @@ class PartitionState:
 
 
 class Broker:
-    acks_purgatory = None  # a cluster's shell sets its AcksPurgatory: acks=all then waits for the ISR
-    send_request = None  # a cluster's shell sets it: `await send_request(broker_id, api_key, version, body)`
-
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
         assert config.log_dirs, "log.dirs is required"
         self.config = config
