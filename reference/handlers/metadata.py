@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
-from reference.node.broker import check_topic_name
+from reference.node.base import check_topic_name
 from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID

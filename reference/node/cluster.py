@@ -43,7 +43,8 @@ import uuid
 from reference.config import BrokerConfig, parse_voters
 from reference.controller.raft import RaftConfig, RaftRole
 from reference.controller.state import GROUP_RESOURCE, NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
-from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
+from reference.node.base import METADATA_PARTITION_DIR, BrokerBase, TopicPartition, check_topic_name
+from reference.node.broker import PRODUCER_ID_BLOCK_SIZE
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
 from reference.protocol.api_keys import ApiKey
@@ -64,7 +65,6 @@ from reference.replication import (
 from reference.storage import AppendOrigin, Log
 from reference.storage import cleaner
 from reference.storage.atomic import replace_file
-from reference.storage.log_dir_failure import LogDirFailureChannel
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
@@ -96,23 +96,20 @@ def halt_on_replay_failure(offset: int, record: dict) -> None:
     os._exit(METADATA_REPLAY_FAILED_EXIT_STATUS)  # no shutdown steps: they would act on the diverged view
 
 
-class ClusterBroker(Broker):
+class ClusterBroker(BrokerBase):
+    """A node of a KRaft cluster: replicas instead of plain logs, the metadata from the quorum."""
+
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
-        assert config.log_dirs and config.controller_quorum_voters
-        self.log_dir_failures = LogDirFailureChannel()
-        self.config = config
-        self.data_dir = config.log_dirs
-        os.makedirs(self.data_dir, exist_ok=True)
+        assert config.controller_quorum_voters
         self.voters = parse_voters(config.controller_quorum_voters)
         assert config.is_controller == (config.node_id in self.voters), "controllers are the voters (config.check)"
-        self.cluster_id = self._load_meta_properties()
+        super().__init__(config, now_ms)
         self.raft = DurableRaftNode.open(
             os.path.join(self.data_dir, METADATA_PARTITION_DIR), config.node_id, tuple(sorted(self.voters)),
             RaftConfig(config.controller_quorum_election_timeout_ms, config.controller_quorum_fetch_timeout_ms),
             now_ms)
         self.controller = ControllerState(config.broker_session_timeout_ms, config.auto_leader_rebalance_enable,
                                           config.leader_imbalance_check_interval_seconds * 1000)
-        self.image = MetadataImage()
         self.partitions: dict[TopicPartition, PartitionReplica] = {}
         self.incarnation_id = str(uuid.uuid4())
         self.registered = False  # our RegisterBrokerRecord is committed
@@ -123,13 +120,10 @@ class ClusterBroker(Broker):
         self.pending_records: list[dict] = []  # the active controller's records for the shell to commit
         # topics for the shell to create through the active controller: internal ones, and auto-created ones
         self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}
-        self.appended: set[TopicPartition] = set()
         self.changed: set[TopicPartition] = set()  # HW or role moved: wake acks=all waiters
         self._dirty: set[TopicPartition] = set()
         self._active_epoch = -1  # the Raft epoch in which this node became a ready active controller
         self._producer_id_next = 0
-        self._last_retention_check_ms = now_ms
-        self._last_cleaner_run_ms = now_ms
         self._last_checkpoint_ms = now_ms
         self._last_flush_ms: dict[TopicPartition, int] = {}
         self._alter_partition_sent_ms: dict[TopicPartition, tuple[AlterPartitionRequest, int]] = {}
