@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reference.handlers.configs import describe_topic_configs
+from reference.node.configs import describe_topic_configs
 from reference.handlers.context import RequestContext
 from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.node.interface import BrokerNode
