@@ -12,12 +12,12 @@ coordinates the groups whose `__consumer_offsets` partition it leads
 from __future__ import annotations
 
 from reference.coordinator.coordinator import OffsetCommit
-from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
 from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode
 from reference.runtime.groups import GroupCoordinatorRuntime
 from reference.runtime.leadership import partition_exists
+from reference.security.acls import ResourceType, all_supported_operations
 
 MULTI_GROUP_OFFSET_FETCH_VERSION = 8  # OffsetFetch v8+ (KIP-709)
 BATCHED_LEAVE_VERSION = 3  # LeaveGroup v3+ (KIP-345)
@@ -127,11 +127,12 @@ async def handle_consumer_group_heartbeat(broker: BrokerNode, request, context: 
 def handle_consumer_group_describe(broker: BrokerNode, request, context: RequestContext) -> dict:
     node = _groups(context)
     topics = node.topics()
-    operations = authorized_operations("group", request.include_authorized_operations)
+    operations = all_supported_operations(ResourceType.GROUP, request.include_authorized_operations)
     return {"throttle_time_ms": 0, "groups": [
         {**node.coordinator.describe_consumer_group(group_id, topics),
          "authorized_operations": operations} if not (error := node.error_for(group_id))
-        else {"group_id": group_id, "error_code": error, "authorized_operations": authorized_operations("group", False)}
+        else {"group_id": group_id, "error_code": error,
+              "authorized_operations": all_supported_operations(ResourceType.GROUP, False)}
         for group_id in request.group_ids]}
 
 
@@ -216,12 +217,13 @@ async def handle_offset_delete(broker: BrokerNode, request, context: RequestCont
 
 def handle_describe_groups(broker: BrokerNode, request, context: RequestContext) -> dict:
     node = _groups(context)
-    operations = authorized_operations("group", request.get("include_authorized_operations", False))  # v3+
+    operations = all_supported_operations(ResourceType.GROUP,
+                                          request.get("include_authorized_operations", False))  # v3+
     groups = []
     for group_id in request.groups:
         if error := node.error_for(group_id):
             groups.append({"group_id": group_id, "error_code": error,
-                           "authorized_operations": authorized_operations("group", False)})
+                           "authorized_operations": all_supported_operations(ResourceType.GROUP, False)})
             continue
         described = node.coordinator.describe_group(group_id)
         if context.api_version < 6 and described["error_code"] == ErrorCode.GROUP_ID_NOT_FOUND:

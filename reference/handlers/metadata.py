@@ -9,12 +9,12 @@ and the request allows it (AllowAutoTopicCreation, v4+; always allowed before v4
 """
 from __future__ import annotations
 
-from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
 from reference.node.base import check_topic_name
 from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
+from reference.security.acls import ResourceType, all_supported_operations
 
 # Kafka's Topic.INTERNAL_TOPICS: written by the coordinators only, reported with is_internal=true.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -23,7 +23,8 @@ ENDPOINT_TYPE_BROKER = 1
 
 def handle_metadata(broker: BrokerNode, request, context: RequestContext) -> dict:
     version = context.api_version
-    topic_operations = authorized_operations("topic", request.get("include_topic_authorized_operations", False))
+    topic_operations = all_supported_operations(ResourceType.TOPIC,
+                                                request.get("include_topic_authorized_operations", False))
     if request.topics is None or (version == 0 and not request.topics):
         topics = [_describe_topic(broker, name) for name in sorted(broker.image.topics_by_name)]
     else:
@@ -37,8 +38,8 @@ def handle_metadata(broker: BrokerNode, request, context: RequestContext) -> dic
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", request.get("include_cluster_authorized_operations", False)),
+        "cluster_authorized_operations": all_supported_operations(
+            ResourceType.CLUSTER, request.get("include_cluster_authorized_operations", False)),
         "error_code": ErrorCode.NONE,
     }
 
@@ -56,8 +57,8 @@ def handle_describe_cluster(broker: BrokerNode, request, context: RequestContext
             {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": fenced}
             for node_id, host, port, fenced in broker.metadata_brokers()
         ],
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", request.include_cluster_authorized_operations),
+        "cluster_authorized_operations": all_supported_operations(
+            ResourceType.CLUSTER, request.include_cluster_authorized_operations),
     }
 
 

@@ -18,19 +18,13 @@ from __future__ import annotations
 
 import asyncio
 
-from reference.coordinator.records import (
-    CONSUMER_OFFSETS_TOPIC, OffsetAndMetadata, OffsetCommitKey, encode_key, encode_offset_value,
-)
+from reference.coordinator.records import CONSUMER_OFFSETS_TOPIC, OffsetAndMetadata
 from reference.coordinator.records import partition_for as offsets_partition_for
 from reference.handlers.context import RequestContext
 from reference.node.broker import TopicPartition
 from reference.node.interface import BrokerNode
-from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import Record, RecordBatch, build_batch
-from reference.runtime.leadership import ACKS_ALL, coordinator_error, partition_exists
-from reference.runtime.transactions import (
-    STATE_WRITE_TIMEOUT_MS, VERIFY_ONLY_BATCH_VERSION, TransactionCoordinatorRuntime,
-)
+from reference.protocol.errors import ErrorCode
+from reference.runtime.transactions import VERIFY_ONLY_BATCH_VERSION, TransactionCoordinatorRuntime
 from reference.transaction.coordinator import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TxnEffects
 
 END_TXN_COMPLETION_WAIT_MS = 3000  # how long EndTxn waits for the markers before it answers anyway
@@ -82,31 +76,17 @@ async def handle_add_partitions_to_txn(broker: BrokerNode, request, context: Req
                 errors = {key: error for key in wanted} if error else node.coordinator.verify_partitions(
                     transaction.transactional_id, transaction.producer_id, transaction.producer_epoch, wanted)
             else:
-                errors = await _add_partitions(node, broker, transaction.transactional_id, transaction.producer_id,
+                errors = await node.add_partitions(transaction.transactional_id, transaction.producer_id,
                                                transaction.producer_epoch, wanted, context.now_ms)
             results.append({"transactional_id": transaction.transactional_id,
                             "topic_results": _topic_results(wanted, errors)})
         return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "results_by_transaction": results}
     wanted = [(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    errors = await _add_partitions(node, broker, request.v3_and_below_transactional_id,
+    errors = await node.add_partitions(request.v3_and_below_transactional_id,
                                    request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted,
                                    context.now_ms)
     errors = {key: _fenced_before_v2(error, context.api_version) for key, error in errors.items()}
     return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": _topic_results(wanted, errors)}
-
-
-async def _add_partitions(node: TransactionCoordinatorRuntime, broker: BrokerNode, transactional_id: str, producer_id: int,
-                          producer_epoch: int, wanted: list[tuple[str, int]],
-                          now_ms: int) -> dict[tuple[str, int], ErrorCode]:
-    if error := node.serve(transactional_id, now_ms):
-        return {key: error for key in wanted}
-    unknown = [key for key in wanted if not partition_exists(broker, *key)]
-    if unknown:  # all or nothing: the others are not attempted
-        return {key: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if key in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
-                for key in wanted}
-    effects = node.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, wanted, now_ms)
-    error = await node.write(effects, now_ms) or effects.error
-    return {key: error for key in wanted}
 
 
 def _topic_results(wanted: list[tuple[str, int]], errors: dict[tuple[str, int], ErrorCode]) -> list[dict]:
@@ -125,7 +105,7 @@ def _offsets_partition(broker: BrokerNode, group_id: str) -> TopicPartition:
 async def handle_add_offsets_to_txn(broker: BrokerNode, request, context: RequestContext) -> dict:
     node = _transactions(context)
     offsets_partition = _offsets_partition(broker, request.group_id)
-    errors = await _add_partitions(node, broker, request.transactional_id, request.producer_id,
+    errors = await node.add_partitions(request.transactional_id, request.producer_id,
                                    request.producer_epoch, [(offsets_partition.topic, offsets_partition.partition)],
                                    context.now_ms)
     (error,) = errors.values()
@@ -137,29 +117,12 @@ async def handle_txn_offset_commit(broker: BrokerNode, request, context: Request
     as part of the transaction (a transactional batch, acks=all); the group sees them when the
     commit marker lands."""
     node = _transactions(context)
-    offsets_partition = _offsets_partition(broker, request.group_id)
-    offsets = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            offsets[topic.name, p.partition_index] = OffsetAndMetadata(
-                p.committed_offset, p.get("committed_leader_epoch", -1), p.committed_metadata or "", context.now_ms)
-    error = await node.verify(request.transactional_id, request.producer_id, request.producer_epoch,
-                              offsets_partition)
-    if error == ErrorCode.NONE and offsets:
-        records = [Record(timestamp=context.now_ms, key=encode_key(OffsetCommitKey(request.group_id, topic, index)),
-                          value=encode_offset_value(value)) for (topic, index), value in offsets.items()]
-        try:
-            transactions = node.partition_transactions(offsets_partition)
-            state = broker.partition(offsets_partition).log.producer_state.producers.get(request.producer_id)
-            sequence = 0 if state is None or state.producer_epoch != request.producer_epoch else state.last_seq + 1
-            batch = build_batch(records, producer_id=request.producer_id, producer_epoch=request.producer_epoch,
-                                base_sequence=sequence, is_transactional=True)
-            info = broker.append(offsets_partition, batch, context.now_ms, acks=ACKS_ALL)
-            transactions.on_append(RecordBatch(batch), info.first_offset)
-            error = await node.replicated([(offsets_partition, info.last_offset + 1)], STATE_WRITE_TIMEOUT_MS)
-        except KafkaError as e:
-            error = e.code
-        error = coordinator_error(error)
+    offsets = {(topic.name, p.partition_index): OffsetAndMetadata(
+        p.committed_offset, p.get("committed_leader_epoch", -1), p.committed_metadata or "", context.now_ms)
+        for topic in request.topics for p in topic.partitions}
+    error = await node.commit_offsets(request.transactional_id, request.producer_id, request.producer_epoch,
+                                      _offsets_partition(broker, request.group_id), request.group_id, offsets,
+                                      context.now_ms)
     error = _fenced_before_v2(error, context.api_version)
     return {"throttle_time_ms": 0, "topics": [
         {"name": topic.name, "partitions": [{"partition_index": p.partition_index, "error_code": error}

@@ -39,13 +39,15 @@ import asyncio
 import weakref
 from typing import Awaitable
 
-from reference.coordinator.records import CONSUMER_OFFSETS_TOPIC
+from reference.coordinator.records import (
+    CONSUMER_OFFSETS_TOPIC, OffsetAndMetadata, OffsetCommitKey, encode_key, encode_offset_value,
+)
 from reference.node.broker import TopicPartition
 from reference.node.interface import BrokerNode
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import (
-    CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, Record, RecordBatch, build_control_batch, iter_batches,
+    CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, Record, RecordBatch, build_batch, build_control_batch, iter_batches,
 )
 from reference.runtime.capabilities import PEER_ERRORS, InterBrokerSender, ProducerIdManager, ReplicationWaiter
 from reference.runtime.groups import GroupCoordinatorRuntime
@@ -139,6 +141,42 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
 
     async def reserve_producer_id(self) -> ErrorCode:
         return await self.producer_ids.reserve()
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             wanted: list[tuple[str, int]], now_ms: int) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn (and AddOffsetsToTxn): all the partitions, or none."""
+        if error := self.serve(transactional_id, now_ms):
+            return {key: error for key in wanted}
+        unknown = [key for key in wanted if not partition_exists(self.broker, *key)]
+        if unknown:  # all or nothing: the others are not attempted
+            return {key: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if key in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for key in wanted}
+        effects = self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, wanted, now_ms)
+        error = await self.write(effects, now_ms) or effects.error
+        return {key: error for key in wanted}
+
+    async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             offsets_partition: TopicPartition, group_id: str,
+                             offsets: dict[tuple[str, int], OffsetAndMetadata], now_ms: int) -> ErrorCode:
+        """TxnOffsetCommit on the group coordinator: the offsets as a transactional batch on the
+        group's `__consumer_offsets` partition (acks=all); the group sees them at the COMMIT marker."""
+        error = await self.verify(transactional_id, producer_id, producer_epoch, offsets_partition)
+        if error != ErrorCode.NONE or not offsets:
+            return error
+        records = [Record(timestamp=now_ms, key=encode_key(OffsetCommitKey(group_id, topic, index)),
+                          value=encode_offset_value(value)) for (topic, index), value in offsets.items()]
+        try:
+            transactions = self.partition_transactions(offsets_partition)
+            state = self.broker.partition(offsets_partition).log.producer_state.producers.get(producer_id)
+            sequence = 0 if state is None or state.producer_epoch != producer_epoch else state.last_seq + 1
+            batch = build_batch(records, producer_id=producer_id, producer_epoch=producer_epoch,
+                                base_sequence=sequence, is_transactional=True)
+            info = self.broker.append(offsets_partition, batch, now_ms, acks=ACKS_ALL)
+            transactions.on_append(RecordBatch(batch), info.first_offset)
+            error = await self.replicated([(offsets_partition, info.last_offset + 1)], STATE_WRITE_TIMEOUT_MS)
+        except KafkaError as e:
+            error = e.code
+        return coordinator_error(error)
 
     # -- coordinator: state writes and markers -------------------------------------------
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reference.protocol.errors import ErrorCode
-from reference.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from reference.security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
 TOPIC_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -31,20 +31,6 @@ class Verdict:
 
 
 PASS = Verdict()
-
-# The operations an authorized-operations field reports, per resource type (Kafka's
-# AclEntry.supportedOperations): bit 1 << operation code is set for each one allowed (KIP-430).
-SUPPORTED_OPERATIONS = {
-    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
-                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
-                         AclOperation.ALTER_CONFIGS),
-    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
-                         AclOperation.ALTER_CONFIGS),
-    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
-                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
-                           AclOperation.DESCRIBE),
-}
-
 
 class Asker:
     """The authorizer's questions for one request's principal and host."""
