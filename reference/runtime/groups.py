@@ -84,8 +84,9 @@ class GroupCoordinatorRuntime(PartitionLeadershipRuntime):
 
     def tick(self, now_ms: int) -> None:
         """The coordinator's timers: session, rebalance and join-delay deadlines, offsets retention."""
-        coordinator = self.start(now_ms)
-        self.apply(coordinator.tick(now_ms, self.topics()), now_ms)
+        effects = self.start(now_ms).tick(now_ms, self.topics())
+        if effects.records or effects.replies:
+            self.apply(effects, now_ms)
 
     def error_for(self, group_id: str) -> ErrorCode:
         return self.partition_error(self.coordinator.partition_for(group_id))
