@@ -20,58 +20,12 @@ from typing import Any, Callable
 
 from reference.coordinator.effects import Effects, OffsetsRecord
 from reference.coordinator.subscriptions import subscription_topics
-from reference.coordinator.records import GroupMetadata, GroupMetadataKey, MemberMetadata, encode_group_value
+from reference.coordinator.classic_member import (
+    COMPLETING_REBALANCE, DEAD, EMPTY, NO_GENERATION, PREPARING_REBALANCE, STABLE, UNKNOWN_MEMBER_ID,
+    VALID_PREVIOUS_STATES, ClassicGroupConfig, ClassicMember, candidate_protocols, members_from_metadata, select_protocol,
+)
+from reference.coordinator.records import GroupMetadata, GroupMetadataKey, encode_group_value
 from reference.protocol.errors import ErrorCode
-
-EMPTY = "Empty"
-PREPARING_REBALANCE = "PreparingRebalance"
-COMPLETING_REBALANCE = "CompletingRebalance"
-STABLE = "Stable"
-DEAD = "Dead"
-
-# The state machine as data: the states each state may be entered from (Kafka's GroupState).
-VALID_PREVIOUS_STATES = {
-    PREPARING_REBALANCE: {STABLE, COMPLETING_REBALANCE, EMPTY},
-    COMPLETING_REBALANCE: {PREPARING_REBALANCE},
-    STABLE: {COMPLETING_REBALANCE},
-    EMPTY: {PREPARING_REBALANCE},
-    DEAD: {STABLE, PREPARING_REBALANCE, COMPLETING_REBALANCE, EMPTY, DEAD},
-}
-
-UNKNOWN_MEMBER_ID = ""
-NO_GENERATION = -1
-
-
-@dataclass(frozen=True)
-class ClassicGroupConfig:
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
-    max_size: int = 2**31 - 1  # group.max.size
-
-
-@dataclass
-class ClassicMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocols: list[tuple[str, bytes]]  # (name, metadata), in the member's order of preference
-    last_heartbeat_ms: int
-    assignment: bytes = b""
-    join_token: Any = None  # set while the member's JoinGroup waits for the join phase to end
-    sync_token: Any = None  # set while its SyncGroup waits for the leader's assignment
-
-    def metadata(self, protocol_name: str) -> bytes:
-        return next(metadata for name, metadata in self.protocols if name == protocol_name)
-
-    def session_expired(self, now_ms: int) -> bool:
-        # A member waiting for its join or sync answer cannot heartbeat; it is kept alive.
-        parked = self.join_token is not None or self.sync_token is not None
-        return not parked and now_ms - self.last_heartbeat_ms >= self.session_timeout_ms
-
 
 @dataclass
 class ClassicGroup:
@@ -99,29 +53,11 @@ class ClassicGroup:
     def is_empty(self) -> bool:
         return not self.members
 
-    def candidate_protocols(self) -> set[str]:
-        """The protocols every member supports."""
-        sets = [{name for name, _ in member.protocols} for member in self.members.values()]
-        return set.intersection(*sets) if sets else set()
-
     def supports_protocols(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         if self.is_empty():
             return bool(protocol_type) and bool(protocols)
         return protocol_type == self.protocol_type and bool(
-            {name for name, _ in protocols} & self.candidate_protocols())
-
-    def select_protocol(self) -> str:
-        """Each member votes for its most preferred candidate; the most votes win (ties: the
-        leader's preference order)."""
-        candidates = self.candidate_protocols()
-        assert candidates, "no protocol common to every member"
-        votes: dict[str, int] = {}
-        for member in self.members.values():
-            choice = next(name for name, _ in member.protocols if name in candidates)
-            votes[choice] = votes.get(choice, 0) + 1
-        leader = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
-        order = [name for name, _ in leader.protocols if name in votes]
-        return max(order, key=lambda name: (votes[name], -order.index(name)))
+            {name for name, _ in protocols} & candidate_protocols(self.members))
 
     def is_static_member_fenced(self, member_id: str, group_instance_id: str | None) -> bool:
         return (group_instance_id is not None and group_instance_id in self.static_members
@@ -331,15 +267,9 @@ class ClassicGroup:
         self.generation_id = metadata.generation_id
         self.protocol_name = metadata.protocol_name
         self.leader_id = metadata.leader
-        self.members = {}
-        self.static_members = {}
-        for stored in metadata.members:
-            protocols = [(metadata.protocol_name or "", stored.subscription)]
-            self.members[stored.member_id] = ClassicMember(
-                stored.member_id, stored.group_instance_id, stored.client_id, stored.client_host,
-                stored.rebalance_timeout_ms, stored.session_timeout_ms, protocols, now_ms, stored.assignment)
-            if stored.group_instance_id is not None:
-                self.static_members[stored.group_instance_id] = stored.member_id
+        self.members = members_from_metadata(metadata, now_ms)
+        self.static_members = {member.group_instance_id: member.member_id for member in self.members.values()
+                               if member.group_instance_id is not None}
         self.state = STABLE if self.members else EMPTY
         self.state_timestamp_ms = metadata.current_state_timestamp_ms
 
@@ -477,7 +407,7 @@ class ClassicGroup:
             self._transition(EMPTY, now_ms)
             self._store(effects)
             return
-        self.protocol_name = self.select_protocol()
+        self.protocol_name = select_protocol(self.members, self.leader_id)
         if self.leader_id not in self.members:
             self.leader_id = next(iter(self.members))
         self._transition(COMPLETING_REBALANCE, now_ms)
@@ -501,12 +431,7 @@ class ClassicGroup:
             protocol_type=self.protocol_type or "", generation_id=self.generation_id,
             protocol_name=self.protocol_name, leader=self.leader_id,
             current_state_timestamp_ms=self.state_timestamp_ms,
-            members=tuple(
-                MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                               m.rebalance_timeout_ms, m.session_timeout_ms,
-                               m.metadata(self.protocol_name) if self.protocol_name else b"", m.assignment)
-                for m in self.members.values()
-            ),
+            members=tuple(member.stored(self.protocol_name) for member in self.members.values()),
         )
         effects.records.append(OffsetsRecord(self.partition, GroupMetadataKey(self.group_id), encode_group_value(value)))
 

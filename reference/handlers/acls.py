@@ -13,12 +13,12 @@ import uuid
 from itertools import groupby
 
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.security.acls import CLUSTER_NAME, AclBinding, AclFilter, AclOperation, ResourceType
 
 
-def _refusal(broker: Broker, context: RequestContext, operation: AclOperation) -> tuple[int, str | None]:
+def _refusal(broker: BrokerNode, context: RequestContext, operation: AclOperation) -> tuple[int, str | None]:
     """(error code, message) when the request may not be served, else (NONE, None)."""
     if broker.authorizer is None:
         return ErrorCode.SECURITY_DISABLED, "No authorizer is configured (authorizer.class.name)."
@@ -28,7 +28,7 @@ def _refusal(broker: Broker, context: RequestContext, operation: AclOperation) -
     return ErrorCode.NONE, None
 
 
-def handle_describe_acls(broker: Broker, request, context: RequestContext) -> dict:
+def handle_describe_acls(broker: BrokerNode, request, context: RequestContext) -> dict:
     error, message = _refusal(broker, context, AclOperation.DESCRIBE)
     if error:
         return {"throttle_time_ms": 0, "error_code": error, "error_message": message, "resources": []}
@@ -43,7 +43,7 @@ def handle_describe_acls(broker: Broker, request, context: RequestContext) -> di
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "resources": resources}
 
 
-def handle_create_acls(broker: Broker, request, context: RequestContext) -> dict:
+def handle_create_acls(broker: BrokerNode, request, context: RequestContext) -> dict:
     error, message = _refusal(broker, context, AclOperation.ALTER)
     if error:
         return {"throttle_time_ms": 0, "results": [{"error_code": error, "error_message": message}
@@ -63,7 +63,7 @@ def handle_create_acls(broker: Broker, request, context: RequestContext) -> dict
     return {"throttle_time_ms": 0, "results": results}
 
 
-def handle_delete_acls(broker: Broker, request, context: RequestContext) -> dict:
+def handle_delete_acls(broker: BrokerNode, request, context: RequestContext) -> dict:
     error, message = _refusal(broker, context, AclOperation.ALTER)
     if error:
         return {"throttle_time_ms": 0, "filter_results": [

@@ -17,7 +17,7 @@ broker knows, with its endpoint from v16 (KIP-951, handlers/leader_epoch.py).
 Fetch sessions (KIP-227) are declined: every answer carries session_id 0, which tells the
 client to send full fetches. v13+ names topics by topic id. isolation_level=read_committed
 reads below the last stable offset only and gets the aborted transactions of what it read
-(TXN-2, reference/handlers/transactions.py).
+(TXN-2, reference/runtime/transactions.py).
 """
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 
 from reference.handlers.context import RequestContext
 from reference.handlers.leader_epoch import LEADER_HINT_ERRORS, check_current_leader_epoch, current_leader
-from reference.handlers.transactions import txn_node
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import iter_batches
 from reference.replication import ReplicaFetch
+from reference.runtime import NodeServices
 
 READ_COMMITTED = 1
 SESSIONLESS_EPOCHS = (0, -1)  # INITIAL_EPOCH and FINAL_EPOCH: a full fetch without a session
@@ -46,7 +47,7 @@ class FetchResult:
     complete: bool = False
 
 
-def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
+def read_fetch(broker: BrokerNode, request, context: RequestContext) -> FetchResult:
     version = context.api_version
     if request.get("session_id", 0) != 0:  # v7+
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
@@ -73,7 +74,7 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
                 else:
                     answer, records_bytes = _read_partition(
                         broker, topic_partition, wanted, bytes_left, min_one_batch=bytes_read == 0,
-                        read_committed=request.isolation_level == READ_COMMITTED, now_ms=context.now_ms)
+                        read_committed=request.isolation_level == READ_COMMITTED, services=context.services)
                 watched.add(topic_partition)
                 any_error = any_error or answer["error_code"] != ErrorCode.NONE
                 bytes_read += records_bytes
@@ -94,7 +95,7 @@ def read_fetch(broker: Broker, request, context: RequestContext) -> FetchResult:
     return FetchResult(response, bytes_read, watched, complete)
 
 
-def _topic_name(broker: Broker, fetch_topic, version: int) -> tuple[str | None, KafkaError | None]:
+def _topic_name(broker: BrokerNode, fetch_topic, version: int) -> tuple[str | None, KafkaError | None]:
     if version < 13:
         return fetch_topic.topic, None
     try:
@@ -103,8 +104,8 @@ def _topic_name(broker: Broker, fetch_topic, version: int) -> tuple[str | None, 
         return None, e
 
 
-def _read_partition(broker: Broker, topic_partition: TopicPartition, wanted, bytes_left: int,
-                    min_one_batch: bool, read_committed: bool, now_ms: int) -> tuple[dict, int]:
+def _read_partition(broker: BrokerNode, topic_partition: TopicPartition, wanted, bytes_left: int,
+                    min_one_batch: bool, read_committed: bool, services: NodeServices) -> tuple[dict, int]:
     partition = broker.partition(topic_partition)
     check_current_leader_epoch(partition, wanted.get("current_leader_epoch", -1))  # v9+
     log = partition.log
@@ -114,7 +115,7 @@ def _read_partition(broker: Broker, topic_partition: TopicPartition, wanted, byt
                          f"{topic_partition} offset {wanted.fetch_offset} outside "
                          f"[{log.log_start_offset}, {log.log_end_offset}]")
     max_bytes = min(wanted.partition_max_bytes, bytes_left)
-    transactions = txn_node(broker, now_ms)
+    transactions = services.transactions
     last_stable_offset = transactions.last_stable_offset(topic_partition)
     aborted = None
     if read_committed:  # below the last stable offset only, with the aborted transactions read (TXN-2)
@@ -132,7 +133,7 @@ def _read_partition(broker: Broker, topic_partition: TopicPartition, wanted, byt
     return answer, len(records)
 
 
-def _read_for_follower(broker: Broker, topic_partition: TopicPartition, wanted, replica_id: int,
+def _read_for_follower(broker: BrokerNode, topic_partition: TopicPartition, wanted, replica_id: int,
                        bytes_left: int, now_ms: int) -> tuple[dict, int]:
     fetch = ReplicaFetch(replica_id, wanted.fetch_offset, wanted.get("last_fetched_epoch", -1),
                          wanted.get("current_leader_epoch", -1))

@@ -10,7 +10,8 @@ v16+) that leader's endpoint, so the client can go there without a Metadata roun
 """
 from __future__ import annotations
 
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 
 NO_LEADER_EPOCH = -1
@@ -28,7 +29,7 @@ def check_current_leader_epoch(partition, current_leader_epoch: int) -> None:
                      f"epoch {current_leader_epoch} > leader epoch {partition.leader_epoch}")
 
 
-def current_leader(broker: Broker, topic_partition: TopicPartition, endpoints: dict[int, dict]) -> dict:
+def current_leader(broker: BrokerNode, topic_partition: TopicPartition, endpoints: dict[int, dict]) -> dict:
     """The LeaderIdAndEpoch of a partition as this broker knows it (-1, -1 when it knows no
     leader), adding the leader's NodeEndpoint to `endpoints` (by node id)."""
     leader = broker.partition_leader(topic_partition.topic, topic_partition.partition)

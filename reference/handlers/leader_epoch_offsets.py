@@ -7,11 +7,12 @@ asker (FENCED_LEADER_EPOCH) or one ahead of this broker (UNKNOWN_LEADER_EPOCH).
 from __future__ import annotations
 
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import KafkaError
 
 
-def handle_offset_for_leader_epoch(broker: Broker, request, context: RequestContext) -> dict:
+def handle_offset_for_leader_epoch(broker: BrokerNode, request, context: RequestContext) -> dict:
     topics = []
     for topic in request.topics:
         partitions = []

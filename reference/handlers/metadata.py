@@ -9,20 +9,22 @@ and the request allows it (AllowAutoTopicCreation, v4+; always allowed before v4
 """
 from __future__ import annotations
 
-from reference.handlers.authorized_operations import authorized_operations
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker, check_topic_name
+from reference.node.base import check_topic_name
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
+from reference.security.acls import ResourceType, all_supported_operations
 
 # Kafka's Topic.INTERNAL_TOPICS: written by the coordinators only, reported with is_internal=true.
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ENDPOINT_TYPE_BROKER = 1
 
 
-def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
+def handle_metadata(broker: BrokerNode, request, context: RequestContext) -> dict:
     version = context.api_version
-    topic_operations = authorized_operations("topic", request.get("include_topic_authorized_operations", False))
+    topic_operations = all_supported_operations(ResourceType.TOPIC,
+                                                request.get("include_topic_authorized_operations", False))
     if request.topics is None or (version == 0 and not request.topics):
         topics = [_describe_topic(broker, name) for name in sorted(broker.image.topics_by_name)]
     else:
@@ -36,13 +38,13 @@ def handle_metadata(broker: Broker, request, context: RequestContext) -> dict:
         "cluster_id": broker.cluster_id,
         "controller_id": broker.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", request.get("include_cluster_authorized_operations", False)),
+        "cluster_authorized_operations": all_supported_operations(
+            ResourceType.CLUSTER, request.get("include_cluster_authorized_operations", False)),
         "error_code": ErrorCode.NONE,
     }
 
 
-def handle_describe_cluster(broker: Broker, request, context: RequestContext) -> dict:
+def handle_describe_cluster(broker: BrokerNode, request, context: RequestContext) -> dict:
     error = ErrorCode.NONE
     if context.api_version >= 1 and request.endpoint_type != ENDPOINT_TYPE_BROKER:
         error = ErrorCode.MISMATCHED_ENDPOINT_TYPE  # this node serves broker endpoints only
@@ -55,12 +57,12 @@ def handle_describe_cluster(broker: Broker, request, context: RequestContext) ->
             {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": fenced}
             for node_id, host, port, fenced in broker.metadata_brokers()
         ],
-        "cluster_authorized_operations": authorized_operations(
-            "cluster", request.include_cluster_authorized_operations),
+        "cluster_authorized_operations": all_supported_operations(
+            ResourceType.CLUSTER, request.include_cluster_authorized_operations),
     }
 
 
-def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) -> dict:
+def _requested_topic(broker: BrokerNode, wanted, allow_create: bool, now_ms: int) -> dict:
     name = wanted.name
     topic_id = wanted.get("topic_id", ZERO_UUID)  # v10+
     try:
@@ -76,7 +78,7 @@ def _requested_topic(broker: Broker, wanted, allow_create: bool, now_ms: int) ->
         return {"error_code": e.code, "name": name, "topic_id": topic_id, "is_internal": False, "partitions": []}
 
 
-def _describe_topic(broker: Broker, name: str) -> dict:
+def _describe_topic(broker: BrokerNode, name: str) -> dict:
     topic = broker.topic(name)
     partitions = [broker.partition_metadata(name, index) for index in range(topic.partition_count)]
     return {"error_code": ErrorCode.NONE, "name": name, "topic_id": topic.topic_id, "is_internal": name in INTERNAL_TOPICS,

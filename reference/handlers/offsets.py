@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from reference.handlers.context import RequestContext
 from reference.handlers.leader_epoch import check_current_leader_epoch
-from reference.handlers.transactions import txn_node
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 
 LATEST_TIMESTAMP = -1
@@ -30,7 +30,7 @@ NO_LEADER_EPOCH = -1
 DELETE_UP_TO_HIGH_WATERMARK = -1  # DeleteRecords offset -1
 
 
-def handle_list_offsets(broker: Broker, request, context: RequestContext) -> dict:
+def handle_list_offsets(broker: BrokerNode, request, context: RequestContext) -> dict:
     topics = []
     for topic in request.topics:
         partitions = []
@@ -44,7 +44,7 @@ def handle_list_offsets(broker: Broker, request, context: RequestContext) -> dic
                     # A follower, or a tool with the debugging id -2: Kafka answers the log end offset, no isolation.
                     visible_offset = partition.log.log_end_offset
                 elif request.get("isolation_level", 0) == READ_COMMITTED:
-                    visible_offset = txn_node(broker, context.now_ms).last_stable_offset(topic_partition)
+                    visible_offset = context.services.transactions.last_stable_offset(topic_partition)
                 timestamp, offset = _lookup(partition, wanted.timestamp, visible_offset)
                 answer = {"error_code": ErrorCode.NONE, "timestamp": timestamp, "offset": offset,
                           "leader_epoch": partition.leader_epoch if offset != NO_OFFSET else NO_LEADER_EPOCH}
@@ -77,7 +77,7 @@ def _lookup(partition, timestamp: int, visible_offset: int) -> tuple[int, int]:
     return timestamp, offset
 
 
-def handle_delete_records(broker: Broker, request, context: RequestContext) -> dict:
+def handle_delete_records(broker: BrokerNode, request, context: RequestContext) -> dict:
     topics = []
     for topic in request.topics:
         partitions = []

@@ -4,29 +4,28 @@ acks=0 gets no response at all; if such a produce fails, the connection is close
 producer notices (as Kafka does). acks=-1 needs an ISR of at least min.insync.replicas
 (NOT_ENOUGH_REPLICAS, nothing appended), then waits for the ISR to have the batch. On one
 node the ISR is the leader itself, so it is answered at once; in a cluster the handler
-returns a coroutine that waits in the broker's acks purgatory until the partition's
+waits in the node's acks purgatory (RequestContext.services.replication) until the partition's
 acks_all_status settles (Kafka's DelayedProduce): NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 NOT_LEADER_OR_FOLLOWER, or REQUEST_TIMED_OUT after the request's timeout_ms. From v10 a
 NOT_LEADER_OR_FOLLOWER answer names the leader this broker knows (handlers/leader_epoch.py).
-A transactional batch is first checked against its transaction (handlers/transactions.py).
+A transactional batch is first checked against its transaction (reference/runtime/transactions.py).
 A zstd batch needs Produce v7+ (KIP-110): older versions get UNSUPPORTED_COMPRESSION_TYPE.
 A batch refused for some of its records (protocol/validator.py) names them in record_errors,
 with error_message saying why (KIP-467): the producer fails those and may retry the rest.
 """
 from __future__ import annotations
 
-import inspect
-
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.leader_epoch import current_leader
 from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.handlers.produce_validation import large_batches, validate_off_loop
-from reference.handlers.transactions import txn_node
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import RecordBatch, iter_batches
 from reference.protocol.validator import RecordValidationError, ValidatedBatch
+from reference.runtime.transactions import TransactionCoordinatorRuntime
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 ZSTD_MIN_VERSION = 7  # KIP-110: clients that can read zstd send Produce v7+
@@ -35,23 +34,13 @@ NO_OFFSET = -1
 NO_TIMESTAMP = -1
 
 
-def handle_produce(broker: Broker, request, context: RequestContext):
-    verifying = txn_node(broker, context.now_ms).verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
-    large = large_batches(broker, request, context.api_version)  # validated off the loop (produce_validation.py)
-    if verifying is not None or large:
-        return _produce_when_ready(verifying, large, broker, request, context)
-    return _produce(broker, request, context, {})
-
-
-async def _produce_when_ready(verifying, large: dict, broker: Broker, request, context: RequestContext) -> dict | None:
+async def handle_produce(broker: BrokerNode, request, context: RequestContext) -> dict | None:
+    transactions = context.services.transactions
+    verifying = transactions.verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
     if verifying is not None:
         await verifying
-    validated = await validate_off_loop(large, context.now_ms)
-    response = _produce(broker, request, context, validated)
-    return await response if inspect.isawaitable(response) else response
-
-
-def _produce(broker: Broker, request, context: RequestContext, validated: dict[int, ValidatedBatch]):
+    large = large_batches(broker, request, context.api_version)  # validated off the loop (produce_validation.py)
+    validated = await validate_off_loop(large, context.now_ms) if large else {}
     responses = []
     failures = []
     leader_endpoints: dict[int, dict] = {}  # NodeEndpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers
@@ -72,9 +61,9 @@ def _produce(broker: Broker, request, context: RequestContext, validated: dict[i
                     raise topic_error
                 if context.api_version < ZSTD_MIN_VERSION:
                     _refuse_zstd(partition_data.records)
-                response, required_offset = _append(broker, request.acks, topic_partition, partition_data.records,
-                                                    validated.get(id(partition_data)), request.transactional_id,
-                                                    context.now_ms)
+                response, required_offset = _append(broker, transactions, request.acks, topic_partition,
+                                                    partition_data.records, validated.get(id(partition_data)),
+                                                    request.transactional_id, context.now_ms)
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
@@ -83,7 +72,7 @@ def _produce(broker: Broker, request, context: RequestContext, validated: dict[i
                 _name_the_leader(broker, context, response, topic_partition, leader_endpoints)
                 required_offset = None
             partition_responses.append({"index": partition_data.index, **response})
-            if request.acks == ACKS_ALL and required_offset is not None and broker.acks_purgatory is not None:
+            if request.acks == ACKS_ALL and required_offset is not None:
                 delayed.append((partition_responses[-1], topic_partition, required_offset))
         responses.append({"name": name, "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partition_responses})
@@ -92,15 +81,9 @@ def _produce(broker: Broker, request, context: RequestContext, validated: dict[i
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failures))
         return None
     response = {"responses": responses, "throttle_time_ms": 0}
-    if delayed:
-        return _await_replication(broker, context, response, delayed, request.timeout_ms, leader_endpoints)
-    return {**response, "node_endpoints": list(leader_endpoints.values())}
-
-
-async def _await_replication(broker: Broker, context: RequestContext, response: dict, delayed: list,
-                             timeout_ms: int, leader_endpoints: dict[int, dict]) -> dict:
-    for partition_response, topic_partition, required_offset in delayed:
-        error = await broker.acks_purgatory.wait_for_replication(broker, topic_partition, required_offset, timeout_ms)
+    for partition_response, topic_partition, required_offset in delayed:  # Kafka's DelayedProduce
+        error = await context.services.replication.wait_for_replication(broker, topic_partition, required_offset,
+                                                                        request.timeout_ms)
         if error != ErrorCode.NONE:
             partition_response.update(error_code=error, error_message=error.name)
             _name_the_leader(broker, context, partition_response, topic_partition, leader_endpoints)
@@ -122,7 +105,7 @@ def _record_errors(error: KafkaError) -> list[dict]:
     return [{"batch_index": index, "batch_index_error_message": message} for index, message in error.record_errors]
 
 
-def _name_the_leader(broker: Broker, context: RequestContext, partition_response: dict,
+def _name_the_leader(broker: BrokerNode, context: RequestContext, partition_response: dict,
                      topic_partition: TopicPartition, leader_endpoints: dict[int, dict]) -> None:
     """NOT_LEADER_OR_FOLLOWER from Produce v10+ names the leader this broker knows (KIP-951)."""
     if (partition_response["error_code"] == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -130,14 +113,14 @@ def _name_the_leader(broker: Broker, context: RequestContext, partition_response
         partition_response["current_leader"] = current_leader(broker, topic_partition, leader_endpoints)
 
 
-def _append(broker: Broker, acks: int, topic_partition: TopicPartition, records, validated: ValidatedBatch | None,
-            transactional_id: str | None, now_ms: int) -> tuple[dict, int]:
+def _append(broker: BrokerNode, transactions: TransactionCoordinatorRuntime, acks: int,
+            topic_partition: TopicPartition, records, validated: ValidatedBatch | None, transactional_id: str | None,
+            now_ms: int) -> tuple[dict, int]:
     """The partition response and the offset the ISR must pass before an acks=all answer."""
     if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use -1, 0 or 1")
     if topic_partition.topic in INTERNAL_TOPICS:  # as Kafka's ReplicaManager refuses appends from clients
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic_partition.topic}")
-    transactions = txn_node(broker, now_ms)
     transactions.check_produce(topic_partition, transactional_id, records)  # KIP-890 verification
     info = broker.append(topic_partition, validated or (records if records is not None else b""), now_ms, acks)  # validates
     transactions.on_produced(topic_partition, records, info.first_offset)

@@ -20,18 +20,20 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from reference.node.broker import Broker, TopicPartition
+from reference.node.broker import TopicPartition
+from reference.node.interface import BrokerNode
 from reference.protocol.compression import CompressionType
 from reference.protocol.errors import KafkaError
 from reference.protocol.records import RecordBatch, iter_batches
 from reference.protocol.validator import ValidatedBatch, ValidationRules, validate_batch
+from reference.storage.log_validator import validation_rules
 
 OFF_LOOP_RECORDS_MIN = 10_000
 OFF_LOOP_DECOMPRESSED_BYTES_MIN = 4 << 20
 VALIDATOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kspec-validator")
 
 
-def large_batches(broker: Broker, request, api_version: int) -> dict[int, tuple[bytes, ValidationRules]]:
+def large_batches(broker: BrokerNode, request, api_version: int) -> dict[int, tuple[bytes, ValidationRules]]:
     """The request's large batches, by id() of their partition_data, with the rules of the
     partition they go to. A partition this broker cannot append to is left to the append,
     which refuses it."""
@@ -46,7 +48,7 @@ def large_batches(broker: Broker, request, api_version: int) -> dict[int, tuple[
             if not isinstance(batch, RecordBatch):
                 continue
             try:
-                rules = broker.partition(TopicPartition(name, partition_data.index)).log.validation_rules
+                rules = validation_rules(broker.partition(TopicPartition(name, partition_data.index)).log.config)
             except KafkaError:
                 continue
             if batch.records_count >= OFF_LOOP_RECORDS_MIN or (

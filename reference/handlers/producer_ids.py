@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from reference.handlers.context import RequestContext
 from reference.handlers.transactions import handle_init_producer_id_transactional
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode
 
 
-def handle_init_producer_id(broker: Broker, request, context: RequestContext) -> dict:
+async def handle_init_producer_id(broker: BrokerNode, request, context: RequestContext) -> dict:
     if request.transactional_id is not None:
-        return handle_init_producer_id_transactional(broker, request, context)
+        return await handle_init_producer_id_transactional(broker, request, context)
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
             "producer_id": broker.allocate_producer_id(context.now_ms), "producer_epoch": 0}

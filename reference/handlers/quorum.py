@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from reference.controller.raft import RaftRole
 from reference.handlers.context import RequestContext
-from reference.node.broker import METADATA_TOPIC
+from reference.node.base import METADATA_TOPIC
 from reference.protocol.errors import ErrorCode
 from reference.protocol.primitives import ZERO_UUID
 

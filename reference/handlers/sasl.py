@@ -8,14 +8,14 @@ ILLEGAL_SASL_STATE there.
 from __future__ import annotations
 
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode
 
 
-def handle_sasl_handshake(broker: Broker, request, context: RequestContext) -> dict:
+def handle_sasl_handshake(broker: BrokerNode, request, context: RequestContext) -> dict:
     return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": []}
 
 
-def handle_sasl_authenticate(broker: Broker, request, context: RequestContext) -> dict:
+def handle_sasl_authenticate(broker: BrokerNode, request, context: RequestContext) -> dict:
     return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "error_message": "Unexpected SASL request",
             "auth_bytes": b"", "session_lifetime_ms": 0}

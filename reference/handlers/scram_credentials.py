@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 
 from reference.handlers.context import RequestContext
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from reference.security.records import remove_scram_credential_record, scram_credential_record
@@ -26,12 +26,12 @@ from reference.security.scram import (
 )
 
 
-def _cluster_allowed(broker: Broker, context: RequestContext, operation: AclOperation) -> bool:
+def _cluster_allowed(broker: BrokerNode, context: RequestContext, operation: AclOperation) -> bool:
     return broker.authorizer is None or broker.authorizer.authorize(
         context.principal, context.client_host, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-def handle_describe_user_scram_credentials(broker: Broker, request, context: RequestContext) -> dict:
+def handle_describe_user_scram_credentials(broker: BrokerNode, request, context: RequestContext) -> dict:
     if not _cluster_allowed(broker, context, AclOperation.DESCRIBE):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": f"{context.principal} may not describe the cluster", "results": []}
@@ -54,7 +54,7 @@ def handle_describe_user_scram_credentials(broker: Broker, request, context: Req
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None, "results": results}
 
 
-def handle_alter_user_scram_credentials(broker: Broker, request, context: RequestContext) -> dict:
+def handle_alter_user_scram_credentials(broker: BrokerNode, request, context: RequestContext) -> dict:
     changes = [("delete", d) for d in request.deletions] + [("upsert", u) for u in request.upsertions]
     if not _cluster_allowed(broker, context, AclOperation.ALTER):
         return {"throttle_time_ms": 0, "results": [
@@ -75,7 +75,7 @@ def handle_alter_user_scram_credentials(broker: Broker, request, context: Reques
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _user_records(broker: Broker, user: str, changes: list) -> list[dict]:
+def _user_records(broker: BrokerNode, user: str, changes: list) -> list[dict]:
     mechanisms = Counter(change.mechanism for _, change in changes)
     if any(count > 1 for count in mechanisms.values()):
         raise KafkaError(ErrorCode.DUPLICATE_RESOURCE, f"A user credential cannot be altered twice in the same request: {user}")

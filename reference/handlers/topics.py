@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from reference.handlers.configs import describe_topic_configs
+from reference.node.configs import describe_topic_configs
 from reference.handlers.context import RequestContext
 from reference.handlers.metadata import INTERNAL_TOPICS
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
 
 DEFAULT = -1  # num_partitions / replication_factor: the broker default (KIP-464)
 
 
-def handle_create_topics(broker: Broker, request, context: RequestContext) -> dict:
+def handle_create_topics(broker: BrokerNode, request, context: RequestContext) -> dict:
     counts = Counter(topic.name for topic in request.topics)
     results = []
     for wanted in request.topics:
@@ -51,7 +51,7 @@ def _refuse_duplicate(counts: Counter, name_or_id) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name_or_id!r} appears more than once")
 
 
-def _from_assignments(broker: Broker, wanted) -> tuple[int, int]:
+def _from_assignments(broker: BrokerNode, wanted) -> tuple[int, int]:
     """(num_partitions, replication_factor) from the request, checking a manual assignment."""
     if not wanted.assignments:
         return wanted.num_partitions, wanted.replication_factor
@@ -67,13 +67,13 @@ def _from_assignments(broker: Broker, wanted) -> tuple[int, int]:
     return len(indexes), len(wanted.assignments[0].broker_ids)
 
 
-def _check_replicas(broker: Broker, broker_ids) -> None:
+def _check_replicas(broker: BrokerNode, broker_ids) -> None:
     if list(broker_ids) != [broker.config.node_id]:
         raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
                          f"replicas {list(broker_ids)}: the only live broker is {broker.config.node_id}")
 
 
-def handle_delete_topics(broker: Broker, request, context: RequestContext) -> dict:
+def handle_delete_topics(broker: BrokerNode, request, context: RequestContext) -> dict:
     if context.api_version >= 6:
         wanted = [(topic.name, topic.topic_id) for topic in request.topics]
     else:
@@ -97,7 +97,7 @@ def handle_delete_topics(broker: Broker, request, context: RequestContext) -> di
     return {"throttle_time_ms": 0, "responses": responses}
 
 
-def handle_create_partitions(broker: Broker, request, context: RequestContext) -> dict:
+def handle_create_partitions(broker: BrokerNode, request, context: RequestContext) -> dict:
     counts = Counter(topic.name for topic in request.topics)
     results = []
     for wanted in request.topics:

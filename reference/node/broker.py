@@ -11,36 +11,24 @@ raised as KafkaError; handlers turn them into error codes.
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
 import json
 import logging
 import os
-import re
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
-from reference.config import BrokerConfig, read_properties_file
-from reference.node.metadata import GROUP_RESOURCE, TOPIC_RESOURCE, MetadataImage, TopicImage
+from reference.config import BrokerConfig
+from reference.node.base import (
+    METADATA_PARTITION_DIR, PARTITIONS_PER_TOPIC_MAX, BrokerBase, TopicPartition, check_topic_name,
+)
+from reference.node.metadata import GROUP_RESOURCE, TOPIC_RESOURCE, TopicImage
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.replication import EpochEndOffset
-from reference.security.authorizer import StandardAuthorizer
-from reference.security.scram import ScramCredential
 from reference.storage import AppendOrigin, Log, LogConfig
 from reference.storage import cleaner
-from reference.storage.atomic import replace_file
-from reference.storage.log_dir_failure import LogDirFailureChannel
 
-METADATA_TOPIC = "__cluster_metadata"
-METADATA_PARTITION_DIR = METADATA_TOPIC + "-0"
-META_PROPERTIES = "meta.properties"
-META_PROPERTIES_VERSION = 1  # KRaft mode meta.properties
-TOPIC_NAME_BYTES_MAX = 249
-TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]+")
-PARTITIONS_PER_TOPIC_MAX = 10_000
 PRODUCER_ID_BLOCK_SIZE = 1000  # ids handed out per ProducerIdsRecord, as Kafka's controller does
 # Compaction's heavy part (offset map, rewriting segments) runs here, off the event loop, so a
 # long pass never delays timers or answers; plans and swaps stay on the loop (storage/cleaner.py).
@@ -48,15 +36,6 @@ LOG_CLEANER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner"
 CLEANED_GROUPS_PER_TICK = 2  # cleaned segments swapped in per tick (each swap renames, deletes, fsyncs)
 
 logger = logging.getLogger("kspec.broker")
-
-
-@dataclass(frozen=True, order=True)
-class TopicPartition:
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class PartitionState:
@@ -84,18 +63,11 @@ class PartitionState:
         self.high_watermark = self.log.log_end_offset
 
 
-class Broker:
-    acks_purgatory = None  # a cluster's shell sets its AcksPurgatory: acks=all then waits for the ISR
-    send_request = None  # a cluster's shell sets it: `await send_request(broker_id, api_key, version, body)`
+class Broker(BrokerBase):
+    """A single node: the only broker and its own controller, every partition led here."""
 
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
-        assert config.log_dirs, "log.dirs is required"
-        self.config = config
-        self.data_dir = config.log_dirs
-        self.log_dir_failures = LogDirFailureChannel()
-        os.makedirs(self.data_dir, exist_ok=True)
-        self.cluster_id = self._load_meta_properties()
-        self.image = MetadataImage()
+        super().__init__(config, now_ms)
         self.metadata_log = Log(os.path.join(self.data_dir, METADATA_PARTITION_DIR), LogConfig(), now_ms=now_ms)
         for record in self._read_metadata_records():
             self.image.apply(record)
@@ -104,22 +76,9 @@ class Broker:
             for index in range(topic.partition_count):
                 self._open_partition(topic, index, now_ms)
         self._producer_id_next = self.image.next_producer_id
-        self._last_retention_check_ms = now_ms
-        self._last_cleaner_run_ms = now_ms
         self._cleaning: dict[str, tuple[Log, cleaner.CleaningPlan, Future]] = {}  # dir -> pass on LOG_CLEANER
-        self.appended: set[TopicPartition] = set()  # effects for the shell: wake fetches
 
     # -- metadata ---------------------------------------------------------------------
-
-    def topic(self, name: str) -> TopicImage:
-        if name not in self.image.topics_by_name:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r}")
-        return self.image.topics_by_name[name]
-
-    def topic_name_by_id(self, topic_id: uuid.UUID) -> str:
-        if topic_id not in self.image.topics_by_id:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, str(topic_id))
-        return self.image.topics_by_id[topic_id]
 
     def create_topic(
         self, name: str, num_partitions: int, replication_factor: int,
@@ -208,10 +167,6 @@ class Broker:
         self._commit([{"type": "ConfigRecord", "resource_type": GROUP_RESOURCE, "resource_name": group_id,
                        "name": key, "value": value} for key, value in sorted(configs.items())], now_ms)
 
-    def log_config(self, overrides: dict[str, str]) -> LogConfig:
-        """The LogConfig of a topic with these overrides over the broker defaults; KafkaError(INVALID_CONFIG)."""
-        return LogConfig.from_properties({**self.config.topic_defaults(), **overrides})
-
     def allocate_producer_id(self, now_ms: int) -> int:
         """A producer id never handed out before, on this node, across restarts."""
         if self._producer_id_next >= self.image.next_producer_id:
@@ -253,15 +208,6 @@ class Broker:
 
     # -- security (reference/security/) -------------------------------------------------
 
-    @functools.cached_property
-    def authorizer(self) -> StandardAuthorizer | None:
-        """authorizer.class.name's authorizer over the ACLs in the metadata image; None when unset."""
-        return StandardAuthorizer.from_properties(self.config.security_properties,
-                                                  lambda: self.image.security.acls.values())
-
-    def scram_credential(self, mechanism: str, user: str) -> ScramCredential | None:
-        return self.image.security.scram_credentials.get((user, mechanism))
-
     def listener_endpoints(self, listener: str) -> dict[tuple[str, int], tuple[str, int]]:
         """This node's first-listener address -> its address on `listener` (reference/security/listeners.py
         readdress: each listener's clients are told that listener's endpoints)."""
@@ -287,8 +233,7 @@ class Broker:
             return EpochEndOffset(ErrorCode.NONE)
         return EpochEndOffset(ErrorCode.NONE, partition.leader_epoch, partition.log.log_end_offset)
 
-
-    # -- coordinators (reference/handlers/groups.py) ------------------------------------
+    # -- coordinators (reference/runtime/) ------------------------------------
 
     def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
                               configs: dict[str, str], now_ms: int) -> None:
@@ -327,22 +272,6 @@ class Broker:
         partition.advance_high_watermark()
         self.appended.add(topic_partition)
         return info
-
-    @contextlib.contextmanager
-    def storage_io(self):
-        """Around writes to the log dir: an OSError takes it offline (storage/log_dir_failure.py)
-        and is raised as KAFKA_STORAGE_ERROR; once offline, nothing more is written there."""
-        self.log_dir_failures.check_online(self.data_dir)
-        try:
-            yield
-        except OSError as error:
-            raise self.log_dir_failures.fail(self.data_dir, error) from error
-
-    def tick(self, now_ms: int) -> None:
-        """Periodic work: time-based flush (flush.ms), retention (log.retention.check.interval.ms)
-        and compaction of compacted topics (log.cleaner.enable, log.cleaner.backoff.ms)."""
-        with self.storage_io():
-            self._tick(now_ms)
 
     def _tick(self, now_ms: int) -> None:
         for partition in self.partitions.values():
@@ -425,39 +354,6 @@ class Broker:
                     yield json.loads(record.value)
                 offset = batch.last_offset + 1
 
-    def _load_meta_properties(self) -> str:
-        """Read meta.properties or write a new one; a node.id mismatch is refused."""
-        path = os.path.join(self.data_dir, META_PROPERTIES)
-        if os.path.exists(path):
-            properties = read_properties_file(path)
-            if int(properties["node.id"]) != self.config.node_id:
-                raise ValueError(
-                    f"{path} belongs to node.id {properties['node.id']}, not {self.config.node_id}; "
-                    "use that --node-id or another --data-dir"
-                )
-            return properties["cluster.id"]
-        cluster_id = self._new_cluster_id()
-        replace_file(path, f"#\n#kspec\ncluster.id={cluster_id}\nnode.id={self.config.node_id}\n"
-                           f"version={META_PROPERTIES_VERSION}\n".encode())
-        return cluster_id
-
     def _new_cluster_id(self) -> str:
         # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
         return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's Topic.validate: legal characters, length, not '.' or '..'."""
-    problem = None
-    if not name:
-        problem = "the topic name is empty"
-    elif name in (".", ".."):
-        problem = f"the topic name cannot be {name!r}"
-    elif len(name) > TOPIC_NAME_BYTES_MAX:
-        problem = f"the topic name is longer than {TOPIC_NAME_BYTES_MAX} characters"
-    elif not TOPIC_NAME_PATTERN.fullmatch(name):
-        problem = f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
-    elif name == METADATA_TOPIC:
-        problem = f"{METADATA_TOPIC} is reserved for the metadata log"
-    if problem:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)

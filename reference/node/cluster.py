@@ -34,7 +34,6 @@ Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py) moves 
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import logging
 import os
@@ -42,14 +41,16 @@ import uuid
 
 from reference.config import BrokerConfig, parse_voters
 from reference.controller.raft import RaftConfig, RaftRole
-from reference.controller.state import GROUP_RESOURCE, NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
-from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE, Broker, TopicPartition, check_topic_name
-from reference.node.metadata import MetadataImage, TopicImage
+from reference.controller.state import NO_LEADER, TOPIC_RESOURCE, ControllerState, ElectionType
+from reference.node.base import METADATA_PARTITION_DIR, BrokerBase, TopicPartition
+from reference.node.controller_commands import ControllerCommands
+from reference.node.hw_checkpoint import read_hw_checkpoint, write_hw_checkpoint
+from reference.node.metadata import TopicImage
 from reference.node.quorum import DurableRaftNode
+from reference.node.replay import halt_on_replay_failure, replay
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES
 from reference.replication import (
     AlterPartitionRequest,
     EpochEndOffsetRequest,
@@ -63,56 +64,28 @@ from reference.replication import (
 )
 from reference.storage import AppendOrigin, Log
 from reference.storage import cleaner
-from reference.storage.atomic import replace_file
-from reference.storage.log_dir_failure import LogDirFailureChannel
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
-# Records for the MetadataImage only (ControllerState never sees them), and those for both.
-IMAGE_ONLY_RECORD_TYPES = {"ProducerIdsRecord", *SECURITY_RECORD_TYPES}
-IMAGE_RECORD_TYPES = {"TopicRecord", "PartitionRecord", "ConfigRecord", "RemoveTopicRecord", *IMAGE_ONLY_RECORD_TYPES}
-METADATA_REPLAY_FAILED_EXIT_STATUS = 1  # Kafka's ProcessTerminatingFaultHandler halts with 1
-REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 ALTER_PARTITION_RESEND_MS = 2000  # a proposal nobody answered is sent again (e.g. to a new controller)
 
 log = logging.getLogger("kspec.cluster")
 
 
-def replay(controller: ControllerState, image: MetadataImage, record: dict) -> None:
-    """One metadata record into the node's two views; raises when the record contradicts them."""
-    kind = record["type"]
-    if kind not in IMAGE_ONLY_RECORD_TYPES:
-        controller.apply(record)
-    if kind in IMAGE_RECORD_TYPES:
-        image.apply(record)
+class ClusterBroker(BrokerBase):
+    """A node of a KRaft cluster: replicas instead of plain logs, the metadata from the quorum."""
 
-
-def halt_on_replay_failure(offset: int, record: dict) -> None:
-    """The last line of defence: a node that cannot replay a committed record stops, loudly,
-    instead of serving from a view that lacks it (and the rest of its batch) from now on."""
-    log.critical("metadata record at offset %d failed to replay; stopping this node: %s", offset, record,
-                 exc_info=True)
-    logging.shutdown()  # flush the log before the process is gone
-    os._exit(METADATA_REPLAY_FAILED_EXIT_STATUS)  # no shutdown steps: they would act on the diverged view
-
-
-class ClusterBroker(Broker):
     def __init__(self, config: BrokerConfig, now_ms: int) -> None:
-        assert config.log_dirs and config.controller_quorum_voters
-        self.log_dir_failures = LogDirFailureChannel()
-        self.config = config
-        self.data_dir = config.log_dirs
-        os.makedirs(self.data_dir, exist_ok=True)
+        assert config.controller_quorum_voters
         self.voters = parse_voters(config.controller_quorum_voters)
         assert config.is_controller == (config.node_id in self.voters), "controllers are the voters (config.check)"
-        self.cluster_id = self._load_meta_properties()
+        super().__init__(config, now_ms)
         self.raft = DurableRaftNode.open(
             os.path.join(self.data_dir, METADATA_PARTITION_DIR), config.node_id, tuple(sorted(self.voters)),
             RaftConfig(config.controller_quorum_election_timeout_ms, config.controller_quorum_fetch_timeout_ms),
             now_ms)
         self.controller = ControllerState(config.broker_session_timeout_ms, config.auto_leader_rebalance_enable,
                                           config.leader_imbalance_check_interval_seconds * 1000)
-        self.image = MetadataImage()
         self.partitions: dict[TopicPartition, PartitionReplica] = {}
         self.incarnation_id = str(uuid.uuid4())
         self.registered = False  # our RegisterBrokerRecord is committed
@@ -120,20 +93,16 @@ class ClusterBroker(Broker):
         # registration and been unfenced (KIP-631); until then its view may be a stale one that
         # names this node the leader of partitions that moved while it was down.
         self.serving_clients = False
-        self.pending_records: list[dict] = []  # the active controller's records for the shell to commit
         # topics for the shell to create through the active controller: internal ones, and auto-created ones
         self.wanted_internal_topics: dict[str, tuple[int, int, dict[str, str]]] = {}
-        self.appended: set[TopicPartition] = set()
         self.changed: set[TopicPartition] = set()  # HW or role moved: wake acks=all waiters
         self._dirty: set[TopicPartition] = set()
         self._active_epoch = -1  # the Raft epoch in which this node became a ready active controller
-        self._producer_id_next = 0
-        self._last_retention_check_ms = now_ms
-        self._last_cleaner_run_ms = now_ms
         self._last_checkpoint_ms = now_ms
         self._last_flush_ms: dict[TopicPartition, int] = {}
         self._alter_partition_sent_ms: dict[TopicPartition, tuple[AlterPartitionRequest, int]] = {}
-        self._checkpointed_hw = self._read_hw_checkpoint()
+        self._checkpointed_hw = read_hw_checkpoint(self.data_dir)
+        self.commands = ControllerCommands(self)  # what this node does while the active controller
         self.bugs = ReplicationBugs(config.kspec_bug_truncation, config.kspec_bug_ack_before_isr,
                                     config.kspec_bug_count_fenced_follower_into_hw, config.kspec_bug_read_above_hw)
 
@@ -184,7 +153,7 @@ class ClusterBroker(Broker):
                 if self.raft.role is RaftRole.LEADER and entry.epoch == self.raft.epoch:
                     self._active_epoch = self.raft.epoch
                     log.info("node %d is the active controller (epoch %d)", self.config.node_id, self.raft.epoch)
-                    self._producer_id_next = self.image.next_producer_id  # never reuse a predecessor's ids
+                    self.commands.producer_id_next = self.image.next_producer_id  # never reuse a predecessor's ids
                     # Heartbeats are not in the log: a new controller starts every broker's session
                     # now, so a broker that died with the previous controller is fenced in time.
                     self.controller.last_heartbeat_ms = dict.fromkeys(self.controller.brokers, now_ms)
@@ -196,7 +165,7 @@ class ClusterBroker(Broker):
                 halt_on_replay_failure(offset, entry.record)
         if self.raft.role is not RaftRole.LEADER:
             self._active_epoch = -1
-            self.pending_records.clear()  # decided from a state a later controller may have changed
+            self.commands.pending_records.clear()  # decided from a state a later controller may have changed
         if not self.serving_clients and self.config.is_broker and self.own_broker_live:
             self.serving_clients = True
             log.info("broker %d caught up with the metadata log and unfenced: serving clients", self.config.node_id)
@@ -250,147 +219,60 @@ class ClusterBroker(Broker):
             tuple(registration.replicas), tuple(registration.isr)), now_ms)
         self.changed.add(topic_partition)
 
-    # ------------------------------------------------------------ controller commands
+    # ------------------------------------------------------------ the active controller's commands
 
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int,
                         listeners: dict[str, list] | None = None) -> int:
-        """BrokerRegistration on the active controller; returns the records' count queued."""
-        records = self.controller.register_broker(broker_id, incarnation_id, host, port, now_ms, listeners)
-        self._queue(records)
-        return len(records)
+        return self.commands.register_broker(broker_id, incarnation_id, host, port, now_ms, listeners)
 
     def note_heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> None:
-        """A heartbeat reached the active controller; it is decided later, in turn."""
-        if self.is_active_controller:
-            self.controller.note_contact(broker_id, broker_epoch, now_ms)
+        self.commands.note_heartbeat(broker_id, broker_epoch, now_ms)
 
     def broker_heartbeat(self, broker_id: int, broker_epoch: int, want_shutdown: bool, now_ms: int) -> None:
-        self._queue(self.controller.heartbeat(broker_id, broker_epoch, now_ms, want_shutdown))
+        self.commands.broker_heartbeat(broker_id, broker_epoch, want_shutdown, now_ms)
 
     def alter_partition(self, request: dict) -> None:
-        self._queue(self.controller.alter_partition(
-            request["broker_id"], request["broker_epoch"], uuid.UUID(request["topic_id"]), request["partition"],
-            request["leader_epoch"], request["partition_epoch"], request["new_isr"]))
+        self.commands.alter_partition(request)
 
     def controller_tick(self, now_ms: int) -> None:
-        """Fence a broker whose session expired, else elect leaders for offline partitions, else
-        balance leaders when a balance is due."""
-        self._queue(self.controller.fence_expired_brokers(now_ms) or self.controller.elect_leaders(preferred=False)
-                    or self.controller.balance_partition_leaders(now_ms))
+        self.commands.controller_tick(now_ms)
 
     def elect_leaders(self, wanted: dict[str, list[int]] | None,
                       election_type: ElectionType) -> dict[str, dict[int, ErrorCode]]:
-        """ElectLeaders on the active controller: each partition's answer; the elections' records
-        are queued, so the answer goes out once they are committed."""
-        results, records = self.controller.elect_requested_leaders(wanted, election_type)
-        self._queue(records)
-        return results
+        return self.commands.elect_leaders(wanted, election_type)
 
-    def _queue(self, records: list[dict]) -> None:
-        """Queue a command's records for the quorum once they replay on a copy of the state they
-        will meet (applied, then proposed, then queued before them). A record that fails there
-        would stop every node that replays it (halt_on_replay_failure), so the command is refused."""
-        if not records:
-            return
-        controller, image = copy.deepcopy((self.controller, self.image))
-        for record in [*self._records_not_yet_applied(), *records]:
-            try:
-                replay(controller, image, record)
-            except Exception as error:  # whatever replay would raise on every node
-                log.error("the active controller refuses a record that would not replay: %s", record, exc_info=True)
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
-                                 f"record {record} would not replay: {error!r}") from error
-        self.pending_records += records
-
-    def _records_not_yet_applied(self) -> list[dict]:
-        """This controller's records that the state it decides from lacks: proposed to the quorum
-        and not yet applied, then pending."""
-        unapplied = self.raft.log[self.raft.applied_offset - self.raft.log_start_offset:]
-        return [*(entry.record for entry in unapplied if entry.record["type"] != "LeaderChangeMessage"),
-                *self.pending_records]
+    @property
+    def pending_records(self) -> list[dict]:
+        return self.commands.pending_records
 
     def take_pending_records(self) -> list[dict]:
-        records, self.pending_records = self.pending_records, []
-        return records
+        return self.commands.take_pending_records()
 
-    # ------------------------------------------------------------ admin, on the active controller
+    # ------------------------------------------------------------ admin (BrokerNode), on the active controller
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str], validate_only: bool, now_ms: int) -> TopicImage:
-        """CreateTopics on the active controller. Elsewhere (Metadata's auto-creation on any node)
-        the topic is asked of the active controller, and the asker hears LEADER_NOT_AVAILABLE
-        meanwhile, as from Kafka's AutoTopicCreationManager (KIP-590)."""
-        check_topic_name(name)
-        if not self.is_active_controller:
-            self.create_internal_topic(name, num_partitions, replication_factor, configs, now_ms)
-            raise KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"topic {name!r} is being created by the controller")
-        if name in self._topic_names_not_yet_applied():
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} is being created")
-        num_partitions = self.config.num_partitions if num_partitions == -1 else num_partitions
-        if replication_factor == -1:  # default.replication.factor, capped by the brokers alive to hold the replicas
-            replication_factor = max(1, min(self.config.default_replication_factor, self.live_broker_count))
-        if not 1 <= num_partitions:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"num_partitions {num_partitions}")
-        self.log_config(configs)  # validates
-        records = self.controller.create_topic(name, num_partitions, replication_factor, configs)
-        if not validate_only:
-            self._queue(records)
-        return TopicImage(name, uuid.UUID(records[0]["topic_id"]), num_partitions, dict(configs))
-
-    def _topic_names_not_yet_applied(self) -> set[str]:
-        """Topics in this controller's records that are not applied yet: pending, or proposed to the
-        quorum and not yet committed. The state the controller decides from lacks them, and a second
-        ask for one of them would otherwise commit its TopicRecord twice."""
-        return {record["name"] for record in self._records_not_yet_applied() if record["type"] == "TopicRecord"}
+        return self.commands.create_topic(name, num_partitions, replication_factor, configs, validate_only, now_ms)
 
     def delete_topic(self, name: str, now_ms: int) -> None:
-        topic = self.topic(name)
-        self._queue([{"type": "RemoveTopicRecord", "topic_id": str(topic.topic_id)}])
+        self.commands.delete_topic(name, now_ms)
 
     def create_partitions(self, name: str, count: int, validate_only: bool, now_ms: int) -> None:
-        topic = self.topic(name)
-        if count <= topic.partition_count:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                             f"topic has {topic.partition_count} partitions; the new count must be larger")
-        existing = self.controller.topics[topic.topic_id].partitions
-        replication_factor = len(existing[0].replicas)
-        brokers = self.controller.unfenced_broker_ids
-        if replication_factor > len(brokers):
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, f"{len(brokers)} unfenced broker(s)")
-        records = []
-        for index in range(topic.partition_count, count):
-            replicas = [brokers[(index + i) % len(brokers)] for i in range(replication_factor)]
-            records.append({"type": "PartitionRecord", "topic_id": str(topic.topic_id), "partition_id": index,
-                            "replicas": replicas, "isr": replicas, "leader": replicas[0], "leader_epoch": 0,
-                            "partition_epoch": 0})
-        if not validate_only:
-            self._queue(records)
+        self.commands.create_partitions(name, count, validate_only, now_ms)
 
     def alter_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool,
                             now_ms: int) -> None:
-        topic = self.topic(name)
-        updated = {key: value for key, value in {**topic.configs, **configs}.items() if value is not None}
-        self.log_config(updated)
-        if not validate_only:
-            self._queue([{"type": "ConfigRecord", "resource_type": TOPIC_RESOURCE, "resource_name": name,
-                          "name": key, "value": value} for key, value in sorted(configs.items())])
+        self.commands.alter_topic_configs(name, configs, validate_only, now_ms)
 
     def alter_group_configs(self, group_id: str, configs: dict[str, str | None], validate_only: bool,
                             now_ms: int) -> None:
-        if not validate_only:
-            self._queue([{"type": "ConfigRecord", "resource_type": GROUP_RESOURCE, "resource_name": group_id,
-                          "name": key, "value": value} for key, value in sorted(configs.items())])
+        self.commands.alter_group_configs(group_id, configs, validate_only, now_ms)
 
     def allocate_producer_id(self, now_ms: int) -> int:
-        if self._producer_id_next >= self.image.next_producer_id + sum(
-                PRODUCER_ID_BLOCK_SIZE for r in self.pending_records if r["type"] == "ProducerIdsRecord"):
-            block_end = max(self._producer_id_next, self.image.next_producer_id) + PRODUCER_ID_BLOCK_SIZE
-            self._producer_id_next = block_end - PRODUCER_ID_BLOCK_SIZE
-            self._queue([{"type": "ProducerIdsRecord", "node_id": self.config.node_id,
-                          "next_producer_id": block_end}])
-        producer_id = self._producer_id_next
-        self._producer_id_next += 1
-        return producer_id
+        return self.commands.allocate_producer_id(now_ms)
+
+    def commit_security_records(self, records: list[dict], now_ms: int) -> None:
+        self.commands.commit_security_records(records, now_ms)
 
     @property
     def own_broker_live(self) -> bool:
@@ -492,13 +374,6 @@ class ClusterBroker(Broker):
                 by_leader.setdefault(replica.leader_id, []).append((topic_partition, replica))
         return by_leader
 
-    def commit_security_records(self, records: list[dict], now_ms: int) -> None:
-        """ACL and SCRAM changes on the active controller (CreateAcls, DeleteAcls and
-        AlterUserScramCredentials are forwarded to it): committed like every command's records."""
-        if not self.is_active_controller:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, "not the active controller")
-        self._queue(records)
-
     def listener_endpoints(self, listener: str) -> dict[tuple[str, int], tuple[str, int]]:
         """Every registered broker's first-listener address -> its address on `listener`."""
         return {(b.host, b.port): tuple(b.listeners[listener]) for b in self.controller.brokers.values()
@@ -558,35 +433,13 @@ class ClusterBroker(Broker):
                     cleaner.clean(replica.log, now_ms, high_watermark=replica.high_watermark)
         if now_ms - self._last_checkpoint_ms >= self.config.replica_high_watermark_checkpoint_interval_ms:
             self._last_checkpoint_ms = now_ms
-            self._write_hw_checkpoint()
+            write_hw_checkpoint(self.data_dir, self.partitions)
 
     def close(self) -> None:
-        self._write_hw_checkpoint()
+        write_hw_checkpoint(self.data_dir, self.partitions)
         for replica in self.partitions.values():
             replica.log.close()
         self.raft.close()
-
-    # ------------------------------------------------------------ replication-offset-checkpoint
-
-    def _write_hw_checkpoint(self) -> None:
-        """Kafka's format: a version line (0), a count line, then `topic partition offset` lines."""
-        lines = [f"{tp.topic} {tp.partition} {replica.high_watermark}" for tp, replica in sorted(self.partitions.items())]
-        path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)
-        replace_file(path, ("\n".join(["0", str(len(lines)), *lines]) + "\n").encode())
-
-    def _read_hw_checkpoint(self) -> dict[TopicPartition, int]:
-        path = os.path.join(self.data_dir, REPLICATION_OFFSET_CHECKPOINT)
-        if not os.path.exists(path):
-            return {}
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
-        assert lines[0] == "0", f"{path}: unknown version {lines[0]!r}"
-        checkpoint = {}
-        for line in lines[2:2 + int(lines[1])]:
-            topic, partition, offset = line.split()
-            checkpoint[TopicPartition(topic, int(partition))] = int(offset)
-        return checkpoint
-
 
 def replica_fetch_from(fetch_partition, replica_id: int) -> ReplicaFetch:
     return ReplicaFetch(replica_id, fetch_partition.fetch_offset, fetch_partition.get("last_fetched_epoch", -1),

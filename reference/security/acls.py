@@ -157,3 +157,27 @@ class AclFilter:
                 and (self.host is None or acl.host == self.host)
                 and (self.operation == AclOperation.ANY or acl.operation == self.operation)
                 and (self.permission_type == PermissionType.ANY or acl.permission_type == self.permission_type))
+
+
+# The operations an authorized-operations field reports, per resource type (Kafka's
+# AclEntry.supportedOperations): bit 1 << operation code is set for each one allowed (KIP-430).
+SUPPORTED_OPERATIONS = {
+    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
+                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
+                         AclOperation.ALTER_CONFIGS),
+    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+                           AclOperation.DESCRIBE),
+}
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)  # Kafka's "not requested" value
+
+
+def all_supported_operations(resource_type: ResourceType, requested: bool) -> int:
+    """The authorized-operations field of the Describe APIs without an authorizer: every
+    operation the resource type supports (with one, security/checks.py narrows it), or Kafka's
+    "not requested" value when the client did not ask."""
+    if not requested:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type])

@@ -13,83 +13,14 @@ With no authorizer configured every request passes unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 from reference.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-
-TOPIC_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-GROUP_FAILED = ErrorCode.GROUP_AUTHORIZATION_FAILED
-CLUSTER_FAILED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-TXN_FAILED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-KEY_TYPE_TRANSACTION = 1  # FindCoordinator key_type
-TOPIC_CONFIG_RESOURCE, GROUP_CONFIG_RESOURCE = 2, 32  # DescribeConfigs resource types; the others are the cluster's
-
-
-@dataclass
-class Verdict:
-    refused: dict | None = None  # the whole answer, when the request is refused outright
-    completions: list[Callable[[dict], None]] = field(default_factory=list)
-
-    def complete(self, response: dict | None) -> dict | None:
-        if response is not None:
-            for completion in self.completions:
-                completion(response)
-        return response
-
-
-PASS = Verdict()
-
-# The operations an authorized-operations field reports, per resource type (Kafka's
-# AclEntry.supportedOperations): bit 1 << operation code is set for each one allowed (KIP-430).
-SUPPORTED_OPERATIONS = {
-    ResourceType.TOPIC: (AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,
-                         AclOperation.DELETE, AclOperation.ALTER, AclOperation.DESCRIBE_CONFIGS,
-                         AclOperation.ALTER_CONFIGS),
-    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.DESCRIBE_CONFIGS,
-                         AclOperation.ALTER_CONFIGS),
-    ResourceType.CLUSTER: (AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
-                           AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
-                           AclOperation.DESCRIBE),
-}
-
-
-class _Asker:
-    """The authorizer's questions for one request's principal and host."""
-
-    def __init__(self, broker, context) -> None:
-        self.broker, self.context = broker, context
-        self.authorizer = broker.authorizer
-
-    def may(self, operation: AclOperation, resource_type: ResourceType, name: str | None) -> bool:
-        return name is not None and self.authorizer.authorize(self.context.principal, self.context.client_host,
-                                                              operation, resource_type, name)
-
-    def topic(self, operation: AclOperation, name: str | None) -> bool:
-        return self.may(operation, ResourceType.TOPIC, name)
-
-    def group(self, operation: AclOperation, name: str | None) -> bool:
-        return self.may(operation, ResourceType.GROUP, name)
-
-    def cluster(self, *operations: AclOperation) -> bool:
-        return any(self.may(operation, ResourceType.CLUSTER, CLUSTER_NAME) for operation in operations)
-
-    def transactional_id(self, operation: AclOperation, name: str | None) -> bool:
-        return self.may(operation, ResourceType.TRANSACTIONAL_ID, name)
-
-    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
-        return sum(1 << operation for operation in SUPPORTED_OPERATIONS[resource_type]
-                   if self.may(operation, resource_type, name))
-
-    def topic_name(self, topic, name_field: str = "name") -> str | None:
-        """A request topic's name, looked up by topic id where the version names topics by id."""
-        name = topic.get(name_field)
-        if name:
-            return name
-        topic_id = topic.get("topic_id")
-        return self.broker.image.topics_by_id.get(topic_id) if topic_id is not None else None
-
+from reference.security.verdict import (
+    CLUSTER_FAILED, GROUP_CONFIG_RESOURCE, GROUP_FAILED, KEY_TYPE_TRANSACTION, PASS, TOPIC_CONFIG_RESOURCE,
+    TOPIC_FAILED, TXN_FAILED, Asker, Verdict,
+)
 
 def acts_for_the_cluster(broker, principal, client_host: str) -> bool:
     """Whether a connection may send the nodes' own RPCs (raft, registrations, heartbeats,
@@ -101,12 +32,12 @@ def acts_for_the_cluster(broker, principal, client_host: str) -> bool:
 def authorize_request(broker, api_key: int, request, context) -> Verdict:
     if broker.authorizer is None or api_key not in CHECKS:
         return PASS
-    return CHECKS[api_key](_Asker(broker, context), request, context.api_version)
+    return CHECKS[api_key](Asker(broker, context), request, context.api_version)
 
 
 # -- per-partition requests: take the refused partitions out, answer them afterwards ---------
 
-def _partitions(ask: _Asker, topics: list, partitions_field: str, allowed: Callable[[str | None], bool],
+def _partitions(ask: Asker, topics: list, partitions_field: str, allowed: Callable[[str | None], bool],
                 error: Callable[[str | None], int], name_field: str = "name"):
     """Remove the refused topics' partitions from the request; return [(topic, error, [partitions])]."""
     refused = []
@@ -132,7 +63,7 @@ def _answer_partitions(refused, responses_field: str, name_field: str, partition
     return completion
 
 
-def _produce(ask: _Asker, request, version: int) -> Verdict:
+def _produce(ask: Asker, request, version: int) -> Verdict:
     transactional_id = request.get("transactional_id")
     if transactional_id is not None and not ask.transactional_id(AclOperation.WRITE, transactional_id):
         error = lambda name: TXN_FAILED  # noqa: E731 - the whole produce is refused
@@ -147,7 +78,7 @@ def _produce(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "responses", "name", "partition_responses", answer)])
 
 
-def _fetch(ask: _Asker, request, version: int) -> Verdict:
+def _fetch(ask: Asker, request, version: int) -> Verdict:
     replica_id = request.replica_state.replica_id if version >= 15 else request.get("replica_id", -1)
     if replica_id >= 0:  # a follower's fetch moves the high watermark: CLUSTER_ACTION (AUTH-3)
         follower = ask.cluster(AclOperation.CLUSTER_ACTION)
@@ -161,7 +92,7 @@ def _fetch(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "responses", "topic", "partitions", answer)])
 
 
-def _list_offsets(ask: _Asker, request, version: int) -> Verdict:
+def _list_offsets(ask: Asker, request, version: int) -> Verdict:
     refused = _partitions(ask, request.topics, "partitions", lambda name: ask.topic(AclOperation.DESCRIBE, name),
                           lambda name: TOPIC_FAILED)
     answer = lambda p, code: {"partition_index": p.partition_index, "error_code": code,  # noqa: E731
@@ -169,7 +100,7 @@ def _list_offsets(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "topics", "name", "partitions", answer, None)])
 
 
-def _offset_for_leader_epoch(ask: _Asker, request, version: int) -> Verdict:
+def _offset_for_leader_epoch(ask: Asker, request, version: int) -> Verdict:
     if request.get("replica_id", -1) >= 0 and not ask.cluster(AclOperation.CLUSTER_ACTION):
         allowed = lambda name: False  # noqa: E731
     else:
@@ -180,7 +111,7 @@ def _offset_for_leader_epoch(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "topics", "topic", "partitions", answer, None)])
 
 
-def _metadata(ask: _Asker, request, version: int) -> Verdict:
+def _metadata(ask: Asker, request, version: int) -> Verdict:
     """Describe T for each topic; an unknown topic is auto-created only with CREATE on the cluster
     or the topic. A listing of all topics omits the ones the principal may not describe."""
     refused = []
@@ -212,7 +143,7 @@ def _metadata(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[completion])
 
 
-def _describe_cluster(ask: _Asker, request, version: int) -> Verdict:
+def _describe_cluster(ask: Asker, request, version: int) -> Verdict:
     """No check (Kafka's brokers answer anyone); the cluster's operations when asked for."""
     def completion(response: dict) -> None:
         if request.include_cluster_authorized_operations:
@@ -223,7 +154,7 @@ def _describe_cluster(ask: _Asker, request, version: int) -> Verdict:
 def _per_topic(operation: AclOperation, topics_fields: tuple[str, ...], responses_field: str, name_field: str = "name"):
     """CreateTopics, DeleteTopics, CreatePartitions: each topic needs the operation on it (CREATE
     and DELETE also on the cluster); refused topics are answered TOPIC_AUTHORIZATION_FAILED."""
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         topics = next((request.get(f) for f in topics_fields if request.get(f)), None)  # by version
         if topics is None:
             return PASS
@@ -246,7 +177,7 @@ def _per_topic(operation: AclOperation, topics_fields: tuple[str, ...], response
     return check
 
 
-def _delete_records(ask: _Asker, request, version: int) -> Verdict:
+def _delete_records(ask: Asker, request, version: int) -> Verdict:
     refused = _partitions(ask, request.topics, "partitions", lambda name: ask.topic(AclOperation.DELETE, name),
                           lambda name: TOPIC_FAILED)
     answer = lambda p, code: {"partition_index": p.partition_index, "low_watermark": -1,  # noqa: E731
@@ -254,7 +185,7 @@ def _delete_records(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "topics", "name", "partitions", answer, None)])
 
 
-def _init_producer_id(ask: _Asker, request, version: int) -> Verdict:
+def _init_producer_id(ask: Asker, request, version: int) -> Verdict:
     transactional_id = request.get("transactional_id")
     if transactional_id is not None:
         if not ask.transactional_id(AclOperation.WRITE, transactional_id):
@@ -268,14 +199,14 @@ def _init_producer_id(ask: _Asker, request, version: int) -> Verdict:
 
 def _group_whole(operation: AclOperation, **refusal):
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetDelete, ConsumerGroupHeartbeat: the group or nothing."""
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         if ask.group(operation, request.group_id):
             return PASS
         return Verdict({"error_code": GROUP_FAILED, **refusal})
     return check
 
 
-def _find_coordinator(ask: _Asker, request, version: int) -> Verdict:
+def _find_coordinator(ask: Asker, request, version: int) -> Verdict:
     def allowed(key: str) -> bool:
         if request.get("key_type", 0) == KEY_TYPE_TRANSACTION:
             return ask.transactional_id(AclOperation.DESCRIBE, key)
@@ -293,7 +224,7 @@ def _find_coordinator(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[completion])
 
 
-def _offset_commit(ask: _Asker, request, version: int) -> Verdict:
+def _offset_commit(ask: Asker, request, version: int) -> Verdict:
     group_allowed = ask.group(AclOperation.READ, request.group_id)
     refused = _partitions(ask, request.topics, "partitions",
                           lambda name: group_allowed and ask.topic(AclOperation.READ, name),
@@ -302,7 +233,7 @@ def _offset_commit(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "topics", "name", "partitions", answer, None)])
 
 
-def _offset_fetch(ask: _Asker, request, version: int) -> Verdict:
+def _offset_fetch(ask: Asker, request, version: int) -> Verdict:
     if version < 8:
         if ask.group(AclOperation.DESCRIBE, request.group_id):
             return PASS
@@ -319,7 +250,7 @@ def _offset_fetch(ask: _Asker, request, version: int) -> Verdict:
 def _per_group(operation: AclOperation, groups_field: str, responses_field: str, answer: Callable[[str], dict]):
     """DescribeGroups, DeleteGroups, ConsumerGroupDescribe: each group needs the operation; the
     described groups carry their authorized operations when asked for."""
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         groups = request.get(groups_field)
         refused = [group for group in groups if not ask.group(operation, group)]
         groups[:] = [group for group in groups if ask.group(operation, group)]
@@ -335,7 +266,7 @@ def _per_group(operation: AclOperation, groups_field: str, responses_field: str,
     return check
 
 
-def _list_groups(ask: _Asker, request, version: int) -> Verdict:
+def _list_groups(ask: Asker, request, version: int) -> Verdict:
     if ask.cluster(AclOperation.DESCRIBE):
         return PASS
 
@@ -347,7 +278,7 @@ def _list_groups(ask: _Asker, request, version: int) -> Verdict:
 
 def _transactional(group_operation: AclOperation | None = None, **refusal):
     """AddOffsetsToTxn, EndTxn: WRITE on the transactional id, then (AddOffsetsToTxn) READ on the group."""
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         if not ask.transactional_id(AclOperation.WRITE, request.transactional_id):
             return Verdict({"error_code": TXN_FAILED, **refusal})
         if group_operation is not None and not ask.group(group_operation, request.group_id):
@@ -356,7 +287,7 @@ def _transactional(group_operation: AclOperation | None = None, **refusal):
     return check
 
 
-def _add_partitions_to_txn(ask: _Asker, request, version: int) -> Verdict:
+def _add_partitions_to_txn(ask: Asker, request, version: int) -> Verdict:
     if version >= 4:  # the batched, broker-to-broker form (KIP-890)
         return PASS if ask.cluster(AclOperation.CLUSTER_ACTION) else Verdict({"error_code": CLUSTER_FAILED})
     x_allowed = ask.transactional_id(AclOperation.WRITE, request.v3_and_below_transactional_id)
@@ -372,7 +303,7 @@ def _add_partitions_to_txn(ask: _Asker, request, version: int) -> Verdict:
     return Verdict({"results_by_topic_v3_and_below": results})
 
 
-def _txn_offset_commit(ask: _Asker, request, version: int) -> Verdict:
+def _txn_offset_commit(ask: Asker, request, version: int) -> Verdict:
     if not ask.transactional_id(AclOperation.WRITE, request.transactional_id):
         error = TXN_FAILED
     elif not ask.group(AclOperation.READ, request.group_id):
@@ -386,7 +317,7 @@ def _txn_offset_commit(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[_answer_partitions(refused, "topics", "name", "partitions", answer, None)])
 
 
-def _write_txn_markers(ask: _Asker, request, version: int) -> Verdict:
+def _write_txn_markers(ask: Asker, request, version: int) -> Verdict:
     """Markers end another producer's transaction: brokers only (ALTER or CLUSTER_ACTION on the cluster, AUTH-3)."""
     if ask.cluster(AclOperation.CLUSTER_ACTION, AclOperation.ALTER):
         return PASS
@@ -396,7 +327,7 @@ def _write_txn_markers(ask: _Asker, request, version: int) -> Verdict:
         for topic in marker.topics]} for marker in request.markers]})
 
 
-def _per_transaction(ask: _Asker, request, version: int) -> Verdict:
+def _per_transaction(ask: Asker, request, version: int) -> Verdict:
     ids = request.transactional_ids
     refused = [x for x in ids if not ask.transactional_id(AclOperation.DESCRIBE, x)]
     ids[:] = [x for x in ids if ask.transactional_id(AclOperation.DESCRIBE, x)]
@@ -408,7 +339,7 @@ def _per_transaction(ask: _Asker, request, version: int) -> Verdict:
     return Verdict(completions=[completion])
 
 
-def _list_transactions(ask: _Asker, request, version: int) -> Verdict:
+def _list_transactions(ask: Asker, request, version: int) -> Verdict:
     def completion(response: dict) -> None:
         response["transaction_states"] = [state for state in response.get("transaction_states", [])
                                           if ask.transactional_id(AclOperation.DESCRIBE, state["transactional_id"])]
@@ -418,7 +349,7 @@ def _list_transactions(ask: _Asker, request, version: int) -> Verdict:
 def _configs(operation: AclOperation, responses_field: str):
     """DescribeConfigs, AlterConfigs, IncrementalAlterConfigs: per resource, on the topic, the
     group, or the cluster (broker and logger resources)."""
-    def allowed(ask: _Asker, resource) -> bool:
+    def allowed(ask: Asker, resource) -> bool:
         kind = resource.resource_type
         if kind == TOPIC_CONFIG_RESOURCE:
             return ask.topic(operation, resource.resource_name)
@@ -430,7 +361,7 @@ def _configs(operation: AclOperation, responses_field: str):
         return {TOPIC_CONFIG_RESOURCE: TOPIC_FAILED, GROUP_CONFIG_RESOURCE: GROUP_FAILED}.get(
             resource.resource_type, CLUSTER_FAILED)
 
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         refused = [resource for resource in request.resources if not allowed(ask, resource)]
         request.resources[:] = [resource for resource in request.resources if allowed(ask, resource)]
 
@@ -444,12 +375,12 @@ def _configs(operation: AclOperation, responses_field: str):
 
 
 def _cluster_whole(*operations: AclOperation, **refusal):
-    def check(ask: _Asker, request, version: int) -> Verdict:
+    def check(ask: Asker, request, version: int) -> Verdict:
         return PASS if ask.cluster(*operations) else Verdict({"error_code": CLUSTER_FAILED, **refusal})
     return check
 
 
-CHECKS: dict[int, Callable[[_Asker, object, int], Verdict]] = {
+CHECKS: dict[int, Callable[[Asker, object, int], Verdict]] = {
     ApiKey.PRODUCE: _produce,
     ApiKey.FETCH: _fetch,
     ApiKey.LIST_OFFSETS: _list_offsets,

@@ -24,7 +24,7 @@ started through the node's Supervisor (restart or stop the node, see reference/s
 - tick: ISR shrinks and expansions go to the controller as AlterPartition, one batch in flight.
 - groups and transactions: the coordinators' timers, and internal topics they want created
   through the active controller (replication factor capped by the live brokers).
-- inter-broker requests for the transaction coordinator (`broker.send_request`): markers to
+- inter-broker requests for the transaction coordinator (`services.peers`): markers to
   partition leaders, KIP-890 verification, producer ids; one connection per broker.
 
 A controller-only node serves no clients: a request other than ApiVersions or DescribeQuorum
@@ -42,8 +42,6 @@ import socket
 
 from reference.controller.raft import FetchRequest
 from reference.handlers.context import CloseConnection
-from reference.handlers.groups import has_group_node, tick_groups
-from reference.handlers.transactions import tick_transactions
 from reference.node.broker import TopicPartition
 from reference.node.cluster import CONTROLLER_CLIENT_APIS, ClusterBroker
 from reference.node.quorum import decode_raft_message, encode_raft_message
@@ -54,6 +52,8 @@ from reference.protocol.framing import FrameDecoder, FrameTooLarge
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response_chunks
 from reference.replication import EpochEndOffset, FetchAnswer
+from reference.runtime import node_services
+from reference.runtime.capabilities import RpcProducerIdManager
 from reference.security.checks import acts_for_the_cluster
 from reference.security.principal import KafkaPrincipal
 from reference.security.session import Session
@@ -173,8 +173,8 @@ class ClusterServer(BrokerServer):
         # high watermark answers the acks=all produces it settles, each in the same turn.
         self.purgatory = FetchPurgatory(self._notify)
         self.acks = AcksPurgatory(self._notify)
-        broker.acks_purgatory = self.acks
-        broker.send_request = self._send_request
+        self.services = node_services(broker, now_ms(), replication=self.acks, peers=self._send_request,
+                                      producer_ids=RpcProducerIdManager(self._send_request, broker.config.node_id))
         broker.raft.on_storage_failure = lambda reason: self.supervisor.stop_node(f"raft storage failed: {reason}")
         client_id = f"kspec-node-{broker.config.node_id}"
         self._voter_connections = {node_id: PeerConnection(host, port, client_id)
@@ -553,10 +553,10 @@ class ClusterServer(BrokerServer):
                     requests = self.broker.alter_partition_requests(now)
                     if requests:
                         self._alter_partition_task = asyncio.create_task(self._send_alter_partitions(requests))
-                if has_group_node(self.broker):
-                    tick_groups(self.broker, now)
-                tick_transactions(self.broker, now)
-                wait_ms = timer_wait_ms(self.broker, now_ms())
+                if self.services.groups.started:  # a cluster makes its offsets topic at the first group request
+                    self.services.groups.tick(now)
+                self.services.transactions.tick(now)
+                wait_ms = timer_wait_ms(self.services, now_ms())
                 for name, (partitions, replication_factor, configs) in self.broker.wanted_internal_topics.items():
                     if name not in self._creating:
                         self._creating[name] = asyncio.create_task(self._create_internal_topic(

@@ -30,19 +30,16 @@ import asyncio
 import dataclasses
 import errno
 import functools
-import inspect
 import logging
 import socket
 import ssl
 import struct
 import time
 
-from reference.handlers import HANDLERS
+from reference.handlers import HANDLERS, WAITING_HANDLERS
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.fetch import read_fetch
-from reference.handlers.groups import groups_next_deadline_ms, tick_groups
-from reference.handlers.transactions import tick_transactions, transactions_next_deadline_ms
-from reference.node.broker import Broker
+from reference.node.interface import BrokerNode
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.api_versions import SUPPORTED_API_VERSIONS, is_supported
 from reference.protocol.framing import FrameDecoder, FrameTooLarge
@@ -53,6 +50,7 @@ from reference.protocol.messages import (
     unsupported_api_versions_response,
 )
 from reference.protocol.primitives import ProtocolDecodeError
+from reference.runtime import NodeServices, node_services
 from reference.security.checks import authorize_request
 from reference.security.listeners import Listener, readdress
 from reference.security.principal import ANONYMOUS
@@ -80,13 +78,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def timer_wait_ms(broker: Broker, now: int) -> int:
+def timer_wait_ms(services: NodeServices, now: int) -> int:
     """How long the ticker sleeps: TICK_INTERVAL_MS, or until the coordinators' next deadline
     when that comes sooner (a member's session, a rebalance phase, the transaction timeout
     check), so a timer fires when it is due, as Kafka's timers do, not up to a tick later.
     Deadlines already past were the last tick's to handle."""
-    deadlines = (groups_next_deadline_ms(broker), transactions_next_deadline_ms(broker))
-    return min([TICK_INTERVAL_MS, *(deadline - now for deadline in deadlines if deadline is not None and deadline > now)])
+    deadline = services.next_deadline_ms()
+    return TICK_INTERVAL_MS if deadline is None or deadline <= now else min(TICK_INTERVAL_MS, deadline - now)
 
 
 async def cancel_and_wait(tasks) -> None:
@@ -100,8 +98,9 @@ async def cancel_and_wait(tasks) -> None:
 
 
 class BrokerServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerNode) -> None:
         self.broker = broker
+        self.services = node_services(broker, now_ms())  # a cluster node's shell builds its own
         self.purgatory = FetchPurgatory()
         self.supervisor = Supervisor()
         broker.log_dir_failures.on_failure = lambda log_dir, error: self.supervisor.stop_node(
@@ -155,9 +154,9 @@ class BrokerServer:
         while True:
             await asyncio.sleep(wait_ms / 1000)
             self.broker.tick(now_ms())
-            tick_groups(self.broker, now_ms())
-            tick_transactions(self.broker, now_ms())
-            wait_ms = timer_wait_ms(self.broker, now_ms())
+            self.services.groups.tick(now_ms())
+            self.services.transactions.tick(now_ms())
+            wait_ms = timer_wait_ms(self.services, now_ms())
 
     async def _accept_forever(self, server_socket: socket.socket, listener: Listener) -> None:
         loop = asyncio.get_running_loop()
@@ -257,7 +256,7 @@ class BrokerServer:
                                                           SUPPORTED_API_VERSIONS[ApiKey.API_VERSIONS])]
             raise CloseConnection(f"{ApiKey(api_key).name} v{version} is not supported (client {header.client_id!r})")
         request = decode_request(api_key, version, frame[body_offset:])
-        context = RequestContext(version, header.correlation_id, header.client_id, now_ms(),
+        context = RequestContext(version, header.correlation_id, header.client_id, now_ms(), self.services,
                                  listener=session.listener.name, principal=session.principal,
                                  client_host=session.client_host)
         verdict = authorize_request(self.broker, api_key, request, context)  # may take refused items out
@@ -268,10 +267,10 @@ class BrokerServer:
         elif api_key == ApiKey.FETCH:
             response = verdict.complete(await self._fetch(request, context))
         else:
-            response = HANDLERS[api_key](self.broker, request, context)
-            if inspect.isawaitable(response):  # JoinGroup and SyncGroup wait for their rebalance phase
-                response = await response
-            response = verdict.complete(response)
+            if api_key in WAITING_HANDLERS:  # `async def`: may wait (a rebalance, the ISR, another node)
+                response = verdict.complete(await WAITING_HANDLERS[api_key](self.broker, request, context))
+            else:
+                response = verdict.complete(HANDLERS[api_key](self.broker, request, context))
             self.purgatory.notify(self.broker.appended)
             self.broker.appended.clear()
         if response is None:

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 from reference.protocol.records import NO_TIMESTAMP, RecordBatch, rebuild_batch
 from reference.storage.atomic import replace_file
-from reference.storage.log import CLEANED_SUFFIX, Log
+from reference.storage.log import Log
+from reference.storage.log_loader import CLEANED_SUFFIX
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment
 
 CHECKPOINT_FILE = "cleaner-offset-checkpoint"

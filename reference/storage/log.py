@@ -8,7 +8,6 @@ Layout (Kafka's): <data_dir>/<topic>-<partition>/
     .kafka_cleanshutdown                            written by close(), consumed by the next open
 
 Time is always passed in (`now_ms`); nothing here reads a clock.
-
 Durability: like Kafka, nothing is fsynced on append by default. Kafka relies on the page
 cache and on replication (DUR-1 needs acks=all with a surviving ISR member, not fsync).
 flush.messages and flush.ms, when set, fsync the active segment on append once that many
@@ -17,16 +16,7 @@ one background flusher thread (as Kafka schedules the flush of a rolled segment 
 making the append that rolled wait: a 1 GiB segment takes the disk here 0.3-0.6 s), and
 close() waits for those flushes before it writes the clean-shutdown marker.
 
-Recovery: an open without the clean-shutdown marker rescans every segment from the recovery
-point on: every batch's CRC and offsets are checked, the file is cut at the first torn or
-corrupt batch, its indexes are rebuilt and every later segment is deleted: the log ends at the
-cut. The recovery point (file `recovery-point`, Kafka keeps one per log directory in
-recovery-point-offset-checkpoint) is the end of the newest rolled segment whose fsync has
-completed, all older ones having completed before it: what lies below it reached the disk, so
-a restart after a crash rescans only the segments after it, not a whole 100 GB log. A segment
-whose index files are missing or malformed is rebuilt in any case. Producer state is loaded from the latest
-snapshot and rebuilt from there by replaying batches (IDM-1). Before any of this, a swap of
-cleaned segments (replace_segments, the cleaner's) cut short is finished or discarded.
+Opening a log (recovery after a crash, swaps cut short, producer state): log_loader.py.
 """
 from __future__ import annotations
 
@@ -40,21 +30,21 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets, iter_batches, recompress
-from reference.protocol.validator import ValidatedBatch, ValidationRules, validate_batch
-from reference.storage.config import LogConfig
+from reference.protocol.records import NO_TIMESTAMP, RecordBatch, assign_offsets
+from reference.protocol.validator import ValidatedBatch
 from reference.storage.atomic import fsync_directory, replace_file
+from reference.storage.config import LogConfig
+from reference.storage.log_loader import (
+    CLEAN_SHUTDOWN_FILE, CLEANED_SUFFIX, LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, SNAPSHOT_SUFFIX, SWAP_SUFFIX,
+    complete_or_discard_swaps, load_producer_state, load_segments, read_offset_file, snapshot_offsets,
+)
+from reference.storage.log_validator import check_fetched_batches, check_marker, validate_produced_batch
 from reference.storage.producer_state import ProducerStateManager
+from reference.storage.retention import first_record_at_or_after, segments_past_retention
 from reference.storage.segment import RELATIVE_OFFSET_MAX, Batch, LogSegment, segment_file_name
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-LOG_START_OFFSET_FILE = "log-start-offset"
-RECOVERY_POINT_FILE = "recovery-point"
-SNAPSHOT_SUFFIX = ".snapshot"
-CLEANED_SUFFIX = ".cleaned"  # a replacement segment being written (by the cleaner)
-SWAP_SUFFIX = ".swap"  # a replacement segment committed, its old segments not yet all deleted
 ROLLED_SEGMENT_FLUSHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kspec-log-flusher")
 
 
@@ -124,74 +114,6 @@ class Log:
 
     # ------------------------------------------------------------ opening
 
-    def _load(self, now_ms: int) -> None:
-        self._complete_or_discard_swaps()  # a compaction cut short
-        clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
-        clean_shutdown = os.path.exists(clean_marker)
-        base_offsets = sorted(int(name[:-4]) for name in os.listdir(self.dir_path) if name.endswith(".log"))
-        recovery_point = self._read_offset_file(RECOVERY_POINT_FILE)
-        for position, base_offset in enumerate(base_offsets):
-            segment = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                                 created_ms=now_ms)
-            below_recovery_point = position + 1 < len(base_offsets) and base_offsets[position + 1] <= recovery_point
-            on_disk = clean_shutdown or below_recovery_point
-            cut_bytes = 0 if segment.load() and on_disk else segment.recover()
-            self.segments.append(segment)
-            if cut_bytes:
-                later = base_offsets[position + 1:]
-                log.warning("%s: cut %d bytes of torn or corrupt batches at position %d of %s, log end offset %d; "
-                            "%d later segment(s) deleted", self.dir_path, cut_bytes, segment.size_bytes,
-                            segment.log_path, segment.next_offset, len(later))
-                self._delete_later_segments(later)
-                break
-        if not self.segments:
-            self.segments.append(LogSegment.create(self.dir_path, 0, index_interval_bytes=self.config.index_interval_bytes,
-                                                   created_ms=now_ms))
-        self._log_start_offset = max(self.segments[0].base_offset, self._read_offset_file(LOG_START_OFFSET_FILE))
-        self._recovery_point = min(recovery_point, self.active_segment.base_offset)
-        self._load_producer_state()
-        if clean_shutdown:
-            os.remove(clean_marker)  # a crash from here on must trigger recovery
-
-    def _complete_or_discard_swaps(self) -> None:
-        """Before the segments are opened: drop `.cleaned` files (a swap that had not committed)
-        and finish every committed `.log.swap`: delete the old segments it replaces (base offsets
-        from its own up to its next offset), then give it its final name. Its indexes are
-        deleted and rebuilt."""
-        names = os.listdir(self.dir_path)
-        for name in names:
-            if name.endswith(CLEANED_SUFFIX) or (name.endswith(SWAP_SUFFIX) and not name.endswith(".log" + SWAP_SUFFIX)):
-                os.remove(os.path.join(self.dir_path, name))
-        swap_bases = sorted(int(name.split(".")[0]) for name in names if name.endswith(".log" + SWAP_SUFFIX))
-        for base_offset in swap_bases:
-            swapped = LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                                 created_ms=0, file_suffix=SWAP_SUFFIX)
-            next_offset = base_offset + 1
-            for _, batch in swapped.batches_from(0):
-                next_offset = max(next_offset, batch.next_offset)
-            for name in os.listdir(self.dir_path):
-                stem, _, extension = name.partition(".")
-                if extension in ("log", "index", "timeindex") and stem.isdigit() and base_offset <= int(stem) < next_offset:
-                    os.remove(os.path.join(self.dir_path, name))
-            os.replace(swapped.log_path, os.path.join(self.dir_path, f"{base_offset:020d}.log"))
-        if swap_bases:
-            fsync_directory(self.dir_path)
-
-    def _delete_later_segments(self, base_offsets: list[int]) -> None:
-        """After a cut, the log ends there, as Kafka's recovery ends it: the segments after the
-        cut one would leave a gap of offsets, and with it records no replica can be asked for."""
-        for base_offset in base_offsets:
-            LogSegment(self.dir_path, base_offset, index_interval_bytes=self.config.index_interval_bytes,
-                       created_ms=0).delete_files()
-
-    def _read_offset_file(self, name: str) -> int:
-        """An offset kept in a file of its own; 0 when there is none (or it is unreadable)."""
-        try:
-            with open(os.path.join(self.dir_path, name)) as f:
-                return int(f.read().strip())
-        except (FileNotFoundError, ValueError):
-            return 0
-
     def _advance_recovery_point(self) -> None:
         """Move the recovery point to the end of the newest rolled segment whose fsync has
         completed (the flusher runs them in roll order) and keep it on disk."""
@@ -220,67 +142,40 @@ class Log:
         if self._recovery_point > self.active_segment.base_offset:
             self._set_recovery_point(self.active_segment.base_offset)
 
-    def _write_atomically(self, name: str, data: bytes) -> None:
-        replace_file(os.path.join(self.dir_path, name), data)
-
-    def _snapshot_offsets(self) -> list[int]:
-        return sorted(int(name[: -len(SNAPSHOT_SUFFIX)]) for name in os.listdir(self.dir_path)
-                      if name.endswith(SNAPSHOT_SUFFIX))
+    def _load(self, now_ms: int) -> None:
+        complete_or_discard_swaps(self.dir_path, self.config)  # a compaction cut short
+        clean_marker = os.path.join(self.dir_path, CLEAN_SHUTDOWN_FILE)
+        clean_shutdown = os.path.exists(clean_marker)
+        recovery_point = read_offset_file(self.dir_path, RECOVERY_POINT_FILE)
+        self.segments = load_segments(self.dir_path, self.config, now_ms, recovery_point, clean_shutdown)
+        self._log_start_offset = max(self.segments[0].base_offset,
+                                     read_offset_file(self.dir_path, LOG_START_OFFSET_FILE))
+        self._recovery_point = min(recovery_point, self.active_segment.base_offset)
+        self._load_producer_state()
+        if clean_shutdown:
+            os.remove(clean_marker)  # a crash from here on must trigger recovery
 
     def _load_producer_state(self) -> None:
-        """Latest snapshot at or below the log end offset, then replay the batches after it.
-        Replay starts at the first segment, not the log start offset: batches below the log
-        start that are still on disk still tell which sequences a producer has written."""
-        self.producer_state = ProducerStateManager()
-        replay_from = self.segments[0].base_offset
-        for offset in reversed(self._snapshot_offsets()):
-            path = os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX))
-            if offset > self.log_end_offset:
-                os.remove(path)
-                continue
-            try:
-                with open(path, "rb") as f:
-                    self.producer_state = ProducerStateManager.from_snapshot(f.read())
-            except (ValueError, KeyError, TypeError) as e:
-                log.warning("%s: ignoring unreadable producer snapshot %s: %s", self.dir_path, path, e)
-                os.remove(path)
-                continue
-            replay_from = max(offset, self.segments[0].base_offset)
-            break
-        for batch in self._batches_from(replay_from):
-            if batch.producer_id >= 0 and batch.base_offset >= replay_from:
-                self.producer_state.update(batch)
+        self.producer_state = load_producer_state(self.dir_path, self.segments[0].base_offset, self.log_end_offset,
+                                                  self._batches_from)
+
+    def _write_atomically(self, name: str, data: bytes) -> None:
+        replace_file(os.path.join(self.dir_path, name), data)
 
     def _take_snapshot(self) -> None:
         self._write_atomically(segment_file_name(self.log_end_offset, SNAPSHOT_SUFFIX), self.producer_state.to_snapshot())
 
     # ------------------------------------------------------------ appending
 
-    @property
-    def validation_rules(self) -> ValidationRules:
-        """What this log's topic configs ask of a produced batch (read on each append: configs change)."""
-        config = self.config
-        return ValidationRules(config.max_message_bytes, config.compact, config.log_append_time,
-                               config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms)
-
     def append_as_leader(self, records: bytes | memoryview | ValidatedBatch, leader_epoch: int, now_ms: int,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> LogAppendInfo:
-        """Validate a Produce request's records (or a coordinator's transaction marker) for
-        this partition, check producer state, assign offsets and append. Raises KafkaError (see
-        records.validate_produce, protocol/validator.py and producer_state). Records validated
-        ahead (a ValidatedBatch, under the rules this log still has) are not walked again. A
-        duplicate idempotent batch is not appended; its original offsets are returned."""
+        """Validate a Produce request's records (unless validated ahead under today's rules) or a
+        coordinator's marker (log_validator.py), check producer state, assign offsets and append;
+        KafkaError if refused. A duplicate idempotent batch keeps its original offsets."""
         if origin is AppendOrigin.COORDINATOR:
-            batch = self._check_marker(records)
+            batch = check_marker(records, self.producer_state)
         else:
-            rules = self.validation_rules
-            if not (isinstance(records, ValidatedBatch) and records.rules == rules):
-                records = validate_batch(records.records if isinstance(records, ValidatedBatch) else records,
-                                         rules, now_ms)
-            batch, records_body = records.batch_and_body()
-            target = self.config.target_compression
-            if target is not None and target != batch.compression:
-                batch = self._recompressed(batch, records_body, target)
+            batch = validate_produced_batch(records, self.config, now_ms)
         if batch.producer_id >= 0 and not batch.is_control:
             duplicate = self.producer_state.check_append(batch)
             if duplicate is not None:
@@ -305,47 +200,14 @@ class Log:
                              now_ms if log_append_time_ms is not None else -1,
                              self._log_start_offset, appended.records_count)
 
-    def _recompressed(self, batch: RecordBatch, records_body: bytes, target: int) -> RecordBatch:
-        """The batch in the topic's compression.type codec, as Kafka's LogValidator rebuilds
-        it; the rebuilt batch must still fit max.message.bytes (MESSAGE_TOO_LARGE)."""
-        rebuilt = RecordBatch(recompress(batch, records_body, target, self.config.compression_level))
-        if rebuilt.size_bytes > self.config.max_message_bytes:
-            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, f"the batch recompressed as compression.type="
-                             f"{self.config.compression_type} is {rebuilt.size_bytes} bytes, over "
-                             f"max.message.bytes={self.config.max_message_bytes}")
-        return rebuilt
-
-    def _check_marker(self, records: bytes | memoryview) -> RecordBatch:
-        """A transaction marker: one transactional control batch with one record, CRC valid,
-        from a producer epoch no older than the one this partition knows (INVALID_PRODUCER_EPOCH)."""
-        batches = list(iter_batches(records))
-        assert len(batches) == 1 and sum(b.size_bytes for b in batches) == len(records), "one marker batch"
-        (batch,) = batches
-        assert isinstance(batch, RecordBatch) and batch.crc_is_valid(), "a v2 marker batch with a valid CRC"
-        assert batch.is_control and batch.is_transactional and batch.records_count == 1, "a control batch"
-        known = self.producer_state.producers.get(batch.producer_id)
-        if known is not None and batch.producer_epoch < known.producer_epoch:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, f"marker of producer {batch.producer_id} epoch "
-                             f"{batch.producer_epoch} is older than epoch {known.producer_epoch}")
-        return batch
-
     def append_as_follower(self, records: bytes | memoryview, now_ms: int) -> LogAppendInfo:
         """Append batches fetched from the partition leader as they are: the leader's offsets
         and partition leader epochs are kept. Offsets must only increase, from the log end
         offset on, and every CRC must be valid (KafkaError CORRUPT_MESSAGE otherwise); gaps are
         fine, since a compacted leader keeps its records' original offsets. Nothing is
         deduplicated: the leader already decided what the log holds."""
-        batches = list(iter_batches(records))
-        if sum(batch.size_bytes for batch in batches) != len(records):
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "fetched records do not form whole batches")
-        first_offset = next_offset = self.log_end_offset
-        for batch in batches:  # all checked before any is appended
-            if not isinstance(batch, RecordBatch) or not batch.crc_is_valid():
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "a fetched batch is not a v2 batch with a valid CRC")
-            if batch.base_offset < next_offset:
-                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"fetched batch starts at {batch.base_offset}, "
-                                 f"below offset {next_offset}")
-            next_offset = batch.next_offset
+        first_offset = self.log_end_offset
+        batches = check_fetched_batches(records, first_offset)  # all checked before any is appended
         for batch in batches:
             self._maybe_roll(batch, now_ms)
             self.active_segment.append(batch)
@@ -436,20 +298,7 @@ class Log:
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after the log start offset whose
         timestamp is >= `timestamp_ms` (ListOffsets by time); None if there is none."""
-        for segment in self.segments:
-            if segment.max_timestamp < timestamp_ms:
-                continue
-            start = max(segment.time_index.lookup_before(timestamp_ms), self._log_start_offset)
-            found = segment.find_batch(start)
-            if found is None:
-                continue
-            for _, batch in segment.batches_from(found[0]):
-                if batch.max_timestamp < timestamp_ms:
-                    continue
-                for record in batch.records():
-                    if record.offset >= self._log_start_offset and record.timestamp >= timestamp_ms:
-                        return record.offset, record.timestamp
-        return None
+        return first_record_at_or_after(self.segments, self._log_start_offset, timestamp_ms)
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding the largest timestamp (ListOffsets
@@ -476,25 +325,7 @@ class Log:
         retention.bytes, never the active one and never one holding an offset at or above the
         high watermark: what no consumer could read yet is not retention's to remove (RET-1).
         Returns the number of segments deleted."""
-        if "delete" not in self.config.cleanup_policy:
-            return 0
-        inactive = self.segments[:-1]
-        # A segment is eligible only when everything in it is committed: its successor starts at or below the HW.
-        committed = 0
-        while committed < len(inactive) and self.segments[committed + 1].base_offset <= high_watermark:
-            committed += 1
-        inactive = inactive[:committed]
-        count = 0
-        if self.config.retention_ms >= 0:
-            while count < len(inactive) and now_ms - inactive[count].max_timestamp > self.config.retention_ms:
-                count += 1
-        if self.config.retention_bytes >= 0:
-            excess_bytes = self.size_bytes - self.config.retention_bytes
-            by_size = 0
-            while by_size < len(inactive) and excess_bytes - inactive[by_size].size_bytes >= 0:
-                excess_bytes -= inactive[by_size].size_bytes
-                by_size += 1
-            count = max(count, by_size)
+        count = segments_past_retention(self.segments, self.config, now_ms, high_watermark)
         self._delete_segments(count)
         return count
 
@@ -510,7 +341,7 @@ class Log:
         if self.segments[0].base_offset > self._log_start_offset:
             self._log_start_offset = self.segments[0].base_offset
             self._write_atomically(LOG_START_OFFSET_FILE, str(self._log_start_offset).encode())
-        snapshots = self._snapshot_offsets()
+        snapshots = snapshot_offsets(self.dir_path)
         for offset in snapshots[:-1]:  # keep the newest: it holds producers whose batches are gone
             if offset < self.segments[0].base_offset:
                 os.remove(os.path.join(self.dir_path, segment_file_name(offset, SNAPSHOT_SUFFIX)))
@@ -549,7 +380,7 @@ class Log:
             # the batch holding `offset` began below the log start: nothing readable is left.
             self.truncate_fully_and_start_at(self._log_start_offset)
             return
-        for snapshot_offset in self._snapshot_offsets():
+        for snapshot_offset in snapshot_offsets(self.dir_path):
             if snapshot_offset > self.log_end_offset:
                 os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
         self._load_producer_state()
@@ -562,7 +393,7 @@ class Log:
         created_ms = self.active_segment.created_ms
         for segment in self.segments:
             segment.delete_files()
-        for snapshot_offset in self._snapshot_offsets():
+        for snapshot_offset in snapshot_offsets(self.dir_path):
             os.remove(os.path.join(self.dir_path, segment_file_name(snapshot_offset, SNAPSHOT_SUFFIX)))
         self.segments = [LogSegment.create(self.dir_path, offset, index_interval_bytes=self.config.index_interval_bytes,
                                            created_ms=created_ms)]

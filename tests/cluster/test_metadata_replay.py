@@ -18,7 +18,7 @@ from conformance.wire import WireClient
 from reference.controller.raft import RaftConfig
 from reference.controller.state import TOPIC_RESOURCE
 from reference.node.broker import METADATA_PARTITION_DIR
-from reference.node.cluster import METADATA_REPLAY_FAILED_EXIT_STATUS
+from reference.node.replay import METADATA_REPLAY_FAILED_EXIT_STATUS
 from reference.node.quorum import DurableRaftNode
 from reference.process import BrokerNotReady, ClusterProcess
 from reference.protocol.api_keys import ApiKey

@@ -14,7 +14,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.storage import Log, LogConfig
 from reference.storage.cleaner import CHECKPOINT_FILE, CleanerCheckpoint, clean
-from reference.storage.log import CLEANED_SUFFIX, SWAP_SUFFIX
+from reference.storage.log_loader import CLEANED_SUFFIX, SWAP_SUFFIX
 
 DELETE_RETENTION_MS = 10_000
 COMPACTED = LogConfig(cleanup_policy="compact", segment_bytes=400, delete_retention_ms=DELETE_RETENTION_MS)
