@@ -1,4 +1,4 @@
-"""The controller quorum's durable state on one node, and its messages as JSON for the wire.
+"""The controller quorum's durable state on one node (its messages on the wire: raft_rpcs.py).
 
 KRaft keeps the metadata log as an ordinary partition log, `__cluster_metadata-0`, and the
 vote in a `quorum-state` file. DurableRaftNode does the same around the sans-IO RaftNode:
@@ -26,23 +26,13 @@ Snapshots are not taken here: the metadata log of a test cluster stays small.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import os
 import random
 from collections.abc import Callable
 
-from reference.controller.raft import (
-    BeginQuorumEpoch,
-    Entry,
-    FetchRequest,
-    FetchResponse,
-    RaftConfig,
-    RaftNode,
-    VoteRequest,
-    VoteResponse,
-)
+from reference.controller.raft import Entry, RaftConfig, RaftNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.storage import Log, LogConfig
@@ -50,7 +40,6 @@ from reference.storage.atomic import replace_file
 
 QUORUM_STATE_FILE = "quorum-state"
 READ_BYTES_MAX = 1 << 20
-RAFT_MESSAGES = {cls.__name__: cls for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse)}
 
 
 class DurableRaftNode(RaftNode):
@@ -128,19 +117,3 @@ def _read_entries(metadata_log: Log):
             for record in batch.records():
                 yield Entry(batch.partition_leader_epoch, json.loads(record.value))
             offset = batch.last_offset + 1
-
-
-def encode_raft_message(message) -> bytes:
-    fields = dataclasses.asdict(message)
-    if isinstance(message, FetchResponse):
-        assert message.snapshot is None, "snapshots are not sent (none are taken)"
-        fields["entries"] = [[entry.epoch, entry.record] for entry in message.entries]
-    return json.dumps({"type": type(message).__name__, **fields}).encode()
-
-
-def decode_raft_message(payload: bytes):
-    fields = json.loads(payload)
-    cls = RAFT_MESSAGES[fields.pop("type")]
-    if cls is FetchResponse:
-        fields["entries"] = tuple(Entry(epoch, record) for epoch, record in fields["entries"])
-    return cls(**fields)

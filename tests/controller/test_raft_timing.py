@@ -8,7 +8,9 @@ from __future__ import annotations
 import random
 
 from reference.controller.raft import NO_DEADLINE_MS, FetchRequest, FetchResponse, RaftConfig, RaftNode, RaftRole
-from reference.node.quorum import decode_raft_message, encode_raft_message
+from reference.node.raft_rpcs import from_request, to_request
+from reference.protocol.messages import decode_request, encode_request
+from reference.protocol.headers import parse_request_header
 
 CONFIG = RaftConfig(election_timeout_ms=500, fetch_timeout_ms=1_000)
 TOPIC = {"type": "TopicRecord", "name": "t"}
@@ -117,7 +119,10 @@ def test_an_append_answers_the_held_fetches_and_the_next_fetch_commits_at_once()
 
 def test_the_max_wait_and_high_watermark_of_a_fetch_travel_between_nodes():
     fetch = FetchRequest(2, 3, 10, 2, high_watermark=9, max_wait_ms=CONFIG.fetch_max_wait_ms)
-    assert decode_raft_message(encode_raft_message(fetch)) == fetch
+    api_key, version, body = to_request(fetch, "cluster", 1)
+    frame = encode_request(api_key, version, 7, "node-2", body)[4:]
+    header, body_offset = parse_request_header(frame)
+    assert from_request(header.api_key, decode_request(api_key, version, frame[body_offset:])) == fetch
 
 
 def test_a_fetch_with_an_older_high_watermark_is_answered_at_once():
