@@ -30,6 +30,9 @@ Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs:
 when a tick next has timed work (a caller may sleep until then). The durable state
 is `epoch`, `voted_for` and `log`; the caller persists them before sending the outbox.
 Randomness (election timeout jitter) comes from the `random.Random` passed in.
+
+Elections (pre-votes, votes, BeginQuorumEpoch, check-quorum, EndQuorumEpoch) are in
+raft_elections.py, a mixin of RaftNode; the messages and the configuration in raft_messages.py.
 """
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ queues them, and refuses the command when one would not replay; and a node whose
 committed record fails anyway logs the record and stops the process at once, as Kafka's
 controller does through its fatal fault handler (ProcessTerminatingFaultHandler).
 
-Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py) moves messages.
+Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py and the components it
+builds) moves messages, as Kafka's RPCs.
 """
 from __future__ import annotations
 
