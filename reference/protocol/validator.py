@@ -32,7 +32,7 @@ import cramjam
 
 from reference.protocol.compression import XERIAL_HEADER, XERIAL_MAGIC, CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import (
+from reference.protocol.record_batch import (
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_CREATE_TIME,
