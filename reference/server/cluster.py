@@ -41,7 +41,8 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, encode_response_chunks
 from reference.security.checks import acts_for_the_cluster
-from reference.security.session import Session
+from reference.security.inter_node import CONTROLLER, INTER_BROKER, client_security
+from reference.security.session import SASL_APIS, Session
 from reference.server.lifecycle import BrokerLifecycleManager
 from reference.server.node_to_controller import AlterPartitionManager, AutoTopicCreationManager, ForwardingManager
 from reference.server.peers import PeerConnection
@@ -56,6 +57,11 @@ SERVING_CLIENTS_WAIT_S = 30.0  # a client's request to a broker still catching u
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
                    ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
+# What a controller listener (controller.listener.names) serves besides the inter-node RPCs: the
+# controller's own APIs (ApiMessageType's "controller" listener), not a broker's.
+CONTROLLER_LISTENER_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, *CONTROLLER_APIS}
+# Served before a broker serves clients (and on a controller-only node): the connection's set-up.
+UNGATED_APIS = {*CONTROLLER_CLIENT_APIS, *SASL_APIS}
 QUORUM_RPCS = {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH}
 
 
@@ -72,6 +78,11 @@ class ClusterServer(BrokerServer):
         broker.acks_purgatory = self.acks
         broker.send_request = self._send_request
         broker.raft.on_storage_failure = lambda reason: self.supervisor.stop_node(f"raft storage failed: {reason}")
+        listeners, properties = broker.config.listeners, broker.config.security_properties
+        self.controller_listener_names = frozenset(
+            name.strip().upper() for name in properties.get("controller.listener.names", "").split(",") if name.strip())
+        self.security = {purpose: client_security(properties, listeners, purpose)
+                         for purpose in (CONTROLLER, INTER_BROKER)}
         self.raft_driver = RaftDriver(self)
         self.controller = QuorumController(self)
         self.forwarding = ForwardingManager(self)
@@ -82,8 +93,19 @@ class ClusterServer(BrokerServer):
         self._broker_connections: dict[int, PeerConnection] = {}
         self._tasks: list[asyncio.Task] = []
 
-    def peer_connection(self, host: str, port: int, client_id: str) -> PeerConnection:
-        return PeerConnection(host, port, client_id)
+    def peer_connection(self, host: str, port: int, client_id: str, purpose: str = INTER_BROKER) -> PeerConnection:
+        """A connection to another node's controller listener (CONTROLLER: the voters' addresses)
+        or inter-broker listener (INTER_BROKER), with that listener's security protocol."""
+        return PeerConnection(host, port, client_id, self.security[purpose])
+
+    def inter_broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """A broker's endpoint on the inter-broker listener, from its registration."""
+        registered = self.broker.controller.brokers.get(broker_id)
+        if registered is None:
+            return None
+        listener = self.security[INTER_BROKER].listener
+        return tuple(registered.listeners[listener]) if listener in registered.listeners else (registered.host,
+                                                                                             registered.port)
 
     async def start(self) -> tuple[str, int]:
         address = await super().start()
@@ -122,7 +144,10 @@ class ClusterServer(BrokerServer):
             return await self._inter_node(header, None, body, session)
         if api_key == ApiKey.FETCH and (metadata_fetch := self._metadata_fetch(header, body)) is not None:
             return await self._inter_node(header, metadata_fetch, body, session)
-        if not self.broker.serving_clients and api_key not in CONTROLLER_CLIENT_APIS and not (
+        if session.listener.name in self.controller_listener_names and api_key not in CONTROLLER_LISTENER_APIS:
+            raise CloseConnection(f"{ApiKey(api_key).name} from {header.client_id!r} on the controller listener "
+                                  f"{session.listener.name}: clients talk to a broker listener")
+        if not self.broker.serving_clients and api_key not in UNGATED_APIS and not (
                 api_key in CONTROLLER_APIS and self.broker.config.is_controller
                 and acts_for_the_cluster(self.broker, session.principal, session.client_host)):
             await self._until_serving_clients(api_key, header.client_id)
@@ -149,6 +174,9 @@ class ClusterServer(BrokerServer):
         api_key, version = header.api_key, header.api_version
         if (refusal := session.gate(api_key, now_ms())) is not None:
             raise CloseConnection(refusal)
+        if self.controller_listener_names and session.listener.name not in self.controller_listener_names:
+            raise CloseConnection(f"{ApiKey(api_key).name} on listener {session.listener.name}: the controller's "
+                                  f"RPCs are served on {', '.join(sorted(self.controller_listener_names))} only")
         if not acts_for_the_cluster(self.broker, session.principal, session.client_host):
             raise CloseConnection(f"{session.principal} may not send {ApiKey(api_key).name}, "
                                   "a request between the nodes (CLUSTER_ACTION)")
@@ -177,7 +205,7 @@ class ClusterServer(BrokerServer):
                 and decode_request(header.api_key, header.api_version, body).transactional_id is not None)
 
     async def _send_request(self, broker_id: int, api_key: int, version: int, body: dict):
-        address = self.broker.broker_address(broker_id)
+        address = self.inter_broker_address(broker_id)
         if address is None:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
         connection = self._broker_connections.get(broker_id)

@@ -44,12 +44,14 @@ class BrokerLifecycleManager:
             await asyncio.sleep(config.broker_heartbeat_interval_ms / 1000)
 
     def _registration(self) -> dict:
-        """Every listener with its advertised address; the first is the one the nodes know it by."""
+        """Every broker listener with its advertised address (a controller listener is not a
+        broker's endpoint, as in Kafka); the first is the address Metadata names by default."""
         config = self.broker.config
         listeners = [{"name": listener.name, "host": listener.advertised[0], "port": listener.advertised[1],
                       "security_protocol": SECURITY_PROTOCOL_IDS[listener.protocol]}
-                     for listener in self.server.listeners]
-        listeners[0]["host"], listeners[0]["port"] = config.advertised
+                     for listener in self.server.listeners if listener.name not in self.server.controller_listener_names]
+        if self.server.listeners[0].name == listeners[0]["name"]:
+            listeners[0]["host"], listeners[0]["port"] = config.advertised
         return {"broker_id": config.node_id, "cluster_id": self.broker.cluster_id,
                 "incarnation_id": uuid.UUID(self.broker.incarnation_id), "listeners": listeners, "features": [],
                 "rack": None, "log_dirs": [], "previous_broker_epoch": -1}

@@ -24,6 +24,7 @@ from reference.handlers.context import CloseConnection
 from reference.node.broker import TopicPartition
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.security.inter_node import CONTROLLER
 from reference.security.session import Session
 from reference.server.peers import PEER_ERRORS
 from reference.server.quorum_controller import client_host_address, write_principal
@@ -42,7 +43,7 @@ class ControllerChannel:
     def __init__(self, server, name: str) -> None:
         self.broker = server.broker
         client_id = f"kspec-{name}-{self.broker.config.node_id}"
-        self._connections = {node_id: server.peer_connection(host, port, client_id)
+        self._connections = {node_id: server.peer_connection(host, port, client_id, CONTROLLER)
                              for node_id, (host, port) in self.broker.voters.items()}
 
     async def call(self, api_key: int, version: int, body: dict):

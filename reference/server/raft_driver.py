@@ -30,7 +30,8 @@ from reference.controller.raft import FetchRequest
 from reference.node.raft_rpcs import ANSWERED_BY, from_request, from_response, to_request, to_response
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.server.peers import PEER_ERRORS, PeerConnection
+from reference.security.inter_node import CONTROLLER
+from reference.server.peers import PEER_ERRORS
 from reference.server.server import now_ms
 from reference.server.supervisor import Policy
 
@@ -55,7 +56,8 @@ class RaftDriver:
         peers = [voter for voter in self.broker.voters if voter != node_id]
         self._queues = {(peer, channel): asyncio.Queue() for peer in peers
                         for channel in (FETCH_CHANNEL, QUORUM_CHANNEL)}
-        self._connections = {key: server.peer_connection(*self.broker.voters[key[0]], f"kspec-raft-{node_id}")
+        self._connections = {key: server.peer_connection(*self.broker.voters[key[0]], f"kspec-raft-{node_id}",
+                                                         CONTROLLER)
                              for key in self._queues}
         self._answers: dict[tuple[int, type], asyncio.Future] = {}  # (requester, answer type) -> its waiter
         self._due = asyncio.Event()  # an input moved the core's next tick before _wake_ms

@@ -44,7 +44,7 @@ class ReplicaFetcherManager:
         """The replica fetcher for one leader: truncate by epoch where needed, then fetch."""
         connection = None
         while (followed := self.broker.followed_partitions().get(leader_id)) is not None:
-            address = self.broker.broker_address(leader_id)
+            address = self.server.inter_broker_address(leader_id)
             if connection is None or connection.address != address:
                 connection = self.server.peer_connection(*address, f"kspec-fetcher-{self.broker.config.node_id}")
             try:
