@@ -1,6 +1,7 @@
 """Security on a 3-node cluster started as a user would, `kspec cluster --nodes 3 --secure`:
-every node serves a SASL_SSL listener beside the PLAINTEXT one the nodes talk over (its
-principal, User:ANONYMOUS, is a super user, as a Kafka cluster's inter-broker principal is);
+every node serves a SASL_SSL listener, which the brokers also replicate over, and a SASL_SSL
+controller listener for the quorum (the nodes authenticate as the admin, a super user, as a
+Kafka cluster's inter-broker principal is); no listener is plaintext;
 ACLs and SCRAM credentials made through one node are records of the metadata log that every
 node replays; Metadata on the SASL_SSL listener names every broker by its SASL_SSL address."""
 from __future__ import annotations
