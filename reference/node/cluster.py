@@ -48,7 +48,12 @@ from reference.node.broker import METADATA_PARTITION_DIR, PRODUCER_ID_BLOCK_SIZE
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
+from reference.protocol.api_versions import (
+    CLUSTER_ONLY_API_VERSIONS,
+    CONTROLLER_LISTENER_APIS,
+    INTER_NODE_API_VERSIONS,
+    SUPPORTED_API_VERSIONS,
+)
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES
 from reference.replication import (
@@ -151,9 +156,14 @@ class ClusterBroker(Broker):
         it is handled on the active controller too, in requests forwarded to it (KIP-590)."""
         return {**SUPPORTED_API_VERSIONS, **CLUSTER_ONLY_API_VERSIONS}
 
-    def advertised_api_versions(self) -> dict:
-        """A controller-only node shows clients just what it answers them."""
+    def advertised_api_versions(self, listener: str = "") -> dict:
+        """A controller listener (controller.listener.names) lists the controller's APIs and the RPCs
+        between nodes, as Kafka's does; a controller-only node's other listeners just what it
+        answers clients; a broker's listeners no RPC between nodes."""
         table = self.api_versions()
+        controller_listeners = self.config.security_properties.get("controller.listener.names", "").upper().split(",")
+        if listener and listener in (name.strip() for name in controller_listeners):
+            return {**{key: table[key] for key in CONTROLLER_LISTENER_APIS if key in table}, **INTER_NODE_API_VERSIONS}
         return table if self.config.is_broker else {key: table[key] for key in CONTROLLER_CLIENT_APIS}
 
     @property

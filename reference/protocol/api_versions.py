@@ -93,3 +93,13 @@ INTER_NODE_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.BROKER_REGISTRATION: (0, 4),
     ApiKey.BROKER_HEARTBEAT: (0, 1),
 }
+
+# What a controller listener (controller.listener.names) serves and lists in ApiVersions besides
+# INTER_NODE_API_VERSIONS: Kafka's APIs whose ApiMessageType listeners include "controller" and
+# that kspec's controller answers (the Fetch is the metadata log's), no broker's API.
+CONTROLLER_LISTENER_APIS = frozenset({
+    ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM,
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+})

@@ -36,7 +36,7 @@ from reference.handlers.transactions import tick_transactions
 from reference.node.cluster import CONTROLLER_CLIENT_APIS, ClusterBroker
 from reference.node.raft_rpcs import is_metadata_fetch
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.api_versions import INTER_NODE_API_VERSIONS, is_supported
+from reference.protocol.api_versions import CONTROLLER_LISTENER_APIS, INTER_NODE_API_VERSIONS, is_supported
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, encode_response_chunks
@@ -57,9 +57,6 @@ SERVING_CLIENTS_WAIT_S = 30.0  # a client's request to a broker still catching u
 CONTROLLER_APIS = {ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
                    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_QUORUM,
                    ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS}
-# What a controller listener (controller.listener.names) serves besides the inter-node RPCs: the
-# controller's own APIs (ApiMessageType's "controller" listener), not a broker's.
-CONTROLLER_LISTENER_APIS = {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, *CONTROLLER_APIS}
 # Served before a broker serves clients (and on a controller-only node): the connection's set-up.
 UNGATED_APIS = {*CONTROLLER_CLIENT_APIS, *SASL_APIS}
 QUORUM_RPCS = {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH, ApiKey.FETCH}

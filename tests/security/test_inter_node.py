@@ -87,19 +87,27 @@ def test_the_quorum_forwarding_and_replication_run_on_the_secured_listeners(secu
 
 
 def test_the_controller_listener_serves_the_controller_only(secured_nodes, pki):
-    """Kafka's controller listener answers its own APIs and closes on a client's request."""
+    """Kafka's controller listener lists and answers the controller's APIs and the RPCs between
+    nodes, and closes on a client's request."""
     wire = SecureClient(secured_nodes["controller"][0], client_context(pki))
     authenticate(wire, "PLAIN", "node", NODE_PASSWORD)
-    assert wire.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
-                        ).error_code == 0
+    versions = wire.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    listed = {entry.api_key for entry in versions.api_keys}
+    assert versions.error_code == 0 and {ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
+                                         ApiKey.BROKER_REGISTRATION, ApiKey.BROKER_HEARTBEAT, ApiKey.ALTER_PARTITION,
+                                         ApiKey.ENVELOPE, ApiKey.FETCH, ApiKey.CREATE_TOPICS} <= listed
+    assert ApiKey.PRODUCE not in listed and ApiKey.METADATA not in listed
     wire.send(ApiKey.METADATA, 12, {"topics": None, "allow_auto_topic_creation": False,
                                     "include_topic_authorized_operations": False})
     assert socket_closed(wire.sock)
 
 
 def test_a_broker_listener_refuses_the_controllers_rpcs(secured_nodes):
-    """A Vote (a pre-vote that would disturb nobody) on the clients' listener closes the connection:
+    """A broker listener's ApiVersions lists no RPC between nodes, and a Vote (a pre-vote that would disturb nobody) on the clients' listener closes the connection:
     with controller.listener.names set, the quorum's RPCs are served on the controller listener only."""
     wire = RawClient(secured_nodes["client"][0])
+    versions = wire.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+    listed = {entry.api_key for entry in versions.api_keys}
+    assert ApiKey.PRODUCE in listed and not listed & {ApiKey.VOTE, ApiKey.BROKER_HEARTBEAT, ApiKey.ENVELOPE}
     wire.send(ApiKey.VOTE, 2, VOTE)
     assert socket_closed(wire.sock)
