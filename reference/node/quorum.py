@@ -71,9 +71,7 @@ class DurableRaftNode(RaftNode):
         entries = list(entries)
         now_ms = 0  # the metadata log's own timestamps are not used
         with self._durable_write("append to"):
-            for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch):
-                batch = build_batch([Record(timestamp=now_ms, value=json.dumps(entry.record, sort_keys=True).encode())
-                                     for entry in run])
+            for epoch, batch in entry_batches(entries):
                 self.metadata_log.append_as_leader(batch, epoch, now_ms)
             self.metadata_log.flush(now_ms)
         super()._append(entries)
@@ -113,7 +111,19 @@ def _read_entries(metadata_log: Log):
     assert offset == 0, "the metadata log is never trimmed (no snapshots)"
     while offset < metadata_log.log_end_offset:
         read = metadata_log.read(offset, READ_BYTES_MAX)
-        for batch in iter_batches(read.records):
-            for record in batch.records():
-                yield Entry(batch.partition_leader_epoch, json.loads(record.value))
-            offset = batch.last_offset + 1
+        yield from decode_entries(read.records)
+        offset = list(iter_batches(read.records))[-1].last_offset + 1
+
+
+def entry_batches(entries) -> list[tuple[int, bytes]]:
+    """Entries as the metadata log holds them, on disk and in a Fetch answer: one record batch per
+    run of entries of one epoch (its partition leader epoch), each record's value the metadata
+    record as JSON."""
+    return [(epoch, build_batch([Record(timestamp=0, value=json.dumps(entry.record, sort_keys=True).encode())
+                                 for entry in run], partition_leader_epoch=epoch))
+            for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch)]
+
+
+def decode_entries(records) -> tuple[Entry, ...]:
+    return tuple(Entry(batch.partition_leader_epoch, json.loads(record.value))
+                 for batch in iter_batches(records or b"") for record in batch.records())

@@ -15,30 +15,26 @@ outbox with the request it answers.
                                       ReplicaState (KIP-903) and the follower's HighWatermark (KIP-1166)
 
 A pre-vote's ReplicaEpoch is the epoch the candidate would stand in (its own plus one), as the
-core's VoteRequest carries it. Entries travel as record batches like those of the metadata log
-on disk (one batch per run of one epoch, its partition leader epoch that epoch, each record's
-value the metadata record as JSON). The core sends snapshots only to a follower behind the log
+core's VoteRequest carries it. Entries travel as the metadata log holds them on disk
+(quorum.entry_batches). The core sends snapshots only to a follower behind the log
 start, and the durable node never trims its log (reference/node/quorum.py), so FetchSnapshot
 (59) never has anything to carry: SnapshotId in a Fetch answer is left unset.
 """
 from __future__ import annotations
 
-import itertools
-import json
 import uuid
 
 from reference.controller.raft import (
     BeginQuorumEpoch,
     EndQuorumEpoch,
-    Entry,
     FetchRequest,
     FetchResponse,
     VoteRequest,
     VoteResponse,
 )
+from reference.node.quorum import decode_entries, entry_batches
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
-from reference.protocol.records import Record, build_batch, iter_batches
 
 METADATA_TOPIC = "__cluster_metadata"
 METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's Uuid.METADATA_TOPIC_ID
@@ -49,20 +45,6 @@ END_QUORUM_EPOCH_VERSION = 1
 FETCH_VERSION = 18  # ReplicaState (15+), the follower's HighWatermark (18+)
 FETCH_MAX_BYTES = 8 * 1024 * 1024  # Kafka's raft fetch max bytes
 UNKNOWN_HIGH_WATERMARK = 2**63 - 1  # Fetch v18's default: the follower does not know it
-
-
-def encode_entries(entries) -> bytes:
-    """Entries as record batches, one per run of entries of one epoch."""
-    batches = []
-    for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch):
-        batches.append(build_batch([Record(timestamp=0, value=json.dumps(entry.record, sort_keys=True).encode())
-                                    for entry in run], partition_leader_epoch=epoch))
-    return b"".join(batches)
-
-
-def decode_entries(records) -> tuple[Entry, ...]:
-    return tuple(Entry(batch.partition_leader_epoch, json.loads(record.value))
-                 for batch in iter_batches(records or b"") for record in batch.records())
 
 
 def _partition(**fields) -> dict:
@@ -153,7 +135,7 @@ def to_response(api_key: int, answer, leader_id: int, epoch: int, error: ErrorCo
                 "diverging_epoch": {"epoch": answer.diverging_epoch, "end_offset": answer.diverging_end_offset},
                 "current_leader": {"leader_id": answer.leader_id, "leader_epoch": answer.epoch},
                 "aborted_transactions": [], "preferred_read_replica": -1,
-                "records": encode_entries(answer.entries)}]}]}
+                "records": b"".join(batch for _, batch in entry_batches(answer.entries))}]}]}
     assert answer is None, answer
     if api_key == ApiKey.FETCH:
         return {"error_code": error, "session_id": 0, "responses": [], "node_endpoints": []}
