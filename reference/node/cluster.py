@@ -55,6 +55,7 @@ from reference.protocol.api_versions import (
     SUPPORTED_API_VERSIONS,
 )
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.security.inter_node import controller_listener_names
 from reference.security.records import RECORD_TYPES as SECURITY_RECORD_TYPES
 from reference.replication import (
     AlterPartitionRequest,
@@ -161,8 +162,7 @@ class ClusterBroker(Broker):
         between nodes, as Kafka's does; a controller-only node's other listeners just what it
         answers clients; a broker's listeners no RPC between nodes."""
         table = self.api_versions()
-        controller_listeners = self.config.security_properties.get("controller.listener.names", "").upper().split(",")
-        if listener and listener in (name.strip() for name in controller_listeners):
+        if listener in controller_listener_names(self.config.security_properties):
             return {**{key: table[key] for key in CONTROLLER_LISTENER_APIS if key in table}, **INTER_NODE_API_VERSIONS}
         return table if self.config.is_broker else {key: table[key] for key in CONTROLLER_CLIENT_APIS}
 

@@ -53,10 +53,14 @@ class ClientSecurity:
         return None if self.mechanism is None else SaslClient(self.mechanism, self.username, self.password)
 
 
+def controller_listener_names(properties: dict[str, str]) -> list[str]:
+    """controller.listener.names, in order, upper-cased as listener names are."""
+    return [name.strip().upper() for name in properties.get("controller.listener.names", "").split(",") if name.strip()]
+
+
 def listener_name(properties: dict[str, str], listeners, purpose: str) -> str:
     """The listener `purpose` (CONTROLLER or INTER_BROKER) traffic goes to."""
-    controller_names = [n.strip().upper() for n in properties.get("controller.listener.names", "").split(",")
-                        if n.strip()]
+    controller_names = controller_listener_names(properties)
     if purpose == CONTROLLER and controller_names:
         return controller_names[0]
     if "inter.broker.listener.name" in properties:

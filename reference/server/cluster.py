@@ -41,7 +41,7 @@ from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, encode_response_chunks
 from reference.security.checks import acts_for_the_cluster
-from reference.security.inter_node import CONTROLLER, INTER_BROKER, client_security
+from reference.security.inter_node import CONTROLLER, INTER_BROKER, client_security, controller_listener_names
 from reference.security.session import SASL_APIS, Session
 from reference.server.lifecycle import BrokerLifecycleManager
 from reference.server.node_to_controller import AlterPartitionManager, AutoTopicCreationManager, ForwardingManager
@@ -76,8 +76,7 @@ class ClusterServer(BrokerServer):
         broker.send_request = self._send_request
         broker.raft.on_storage_failure = lambda reason: self.supervisor.stop_node(f"raft storage failed: {reason}")
         listeners, properties = broker.config.listeners, broker.config.security_properties
-        self.controller_listener_names = frozenset(
-            name.strip().upper() for name in properties.get("controller.listener.names", "").split(",") if name.strip())
+        self.controller_listener_names = frozenset(controller_listener_names(properties))
         self.security = {purpose: client_security(properties, listeners, purpose)
                          for purpose in (CONTROLLER, INTER_BROKER)}
         self.raft_driver = RaftDriver(self)
