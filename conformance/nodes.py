@@ -139,6 +139,8 @@ class LocalCluster:
         self.layout = ClusterProcess(base_dir, nodes, controllers=controllers, base_port=base_port,
                                      overrides=overrides)
         self.node_ids = list(self.layout.nodes)  # controllers first: brokers register with their quorum
+        self.client_bootstrap: str | None = None  # the brokers' client listeners, when not the first ones
+        self.client_config: dict[str, str] = {}  # client properties for them (security.protocol, sasl.*, ssl.*)
 
     @property
     def bootstrap(self) -> str:
@@ -167,7 +169,7 @@ class LocalCluster:
     def metadata(self):
         """The cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
         from reference.process import cluster_metadata
-        return cluster_metadata(self.bootstrap)
+        return cluster_metadata(self.client_bootstrap or self.bootstrap, config=self.client_config)
 
     def controller_id(self) -> int:
         metadata = self.metadata()

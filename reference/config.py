@@ -206,9 +206,10 @@ class BrokerConfig:
         self.listeners  # noqa: B018 - builds and checks every listener (TLS stores, JAAS) before the start
         from reference.security.authorizer import StandardAuthorizer
         StandardAuthorizer.from_properties(self.security_properties, tuple)  # checks its properties
-        if self.controller_quorum_voters and self.listeners[0].protocol != "PLAINTEXT":
-            raise ValueError(f"a cluster node's first listener carries the traffic between nodes and must be PLAINTEXT "
-                             f"(for now), not {self.listeners[0].protocol}; list a PLAINTEXT listener first")
+        if self.controller_quorum_voters:  # how this node reaches the others: TLS stores and credentials checked
+            from reference.security.inter_node import CONTROLLER, INTER_BROKER, client_security
+            for purpose in (CONTROLLER, INTER_BROKER):
+                client_security(self.security_properties, self.listeners, purpose)
 
     def _check_roles(self) -> None:
         """A controller is a voter and a broker-only node is not (it observes the metadata log)."""

@@ -38,12 +38,14 @@ class BrokerNotReady(RuntimeError):
     pass
 
 
-def cluster_metadata(bootstrap: str, topic: str | None = None):
-    """A cluster's Metadata as confluent-kafka sees it, or None when no node answers."""
+def cluster_metadata(bootstrap: str, topic: str | None = None, config: dict[str, str] | None = None):
+    """A cluster's Metadata as confluent-kafka sees it (with `config`'s client properties, for a
+    secured listener), or None when no node answers."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
     try:
-        return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(topic, timeout=2)
+        return AdminClient({**(config or {}), "bootstrap.servers": bootstrap, "log_level": 0}).list_topics(
+            topic, timeout=2)
     except KafkaException:
         return None
 

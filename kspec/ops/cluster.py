@@ -56,7 +56,7 @@ def cluster(ctx: click.Context, nodes: int | None, controllers: int | None, base
     Examples:
       kspec cluster --nodes 3 --base-port 9092 --data-dir /tmp/kspec-cluster
       kspec cluster --nodes 3 --controllers 3
-      kspec cluster --nodes 3 --secure      # SASL_SSL beside PLAINTEXT; prints the admin's client properties
+      kspec cluster --nodes 3 --secure      # SASL_SSL everywhere; prints the admin's client properties
       kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
           --node-stop-command 'python -m conformance.nodes stop /tmp/kspec-cluster {node_id}' \\
           --node-start-command 'python -m conformance.nodes start /tmp/kspec-cluster {node_id}'
@@ -117,9 +117,11 @@ SECURE_ADMIN = "admin"
 
 def secure_overrides(data_dir: str) -> dict[str, str]:
     """Broker properties of a secured local cluster: certificates made for it, a SASL_SSL listener
-    with PLAIN and SCRAM, StandardAuthorizer with the admin and the nodes' own principal
-    (User:ANONYMOUS on the PLAINTEXT listener between nodes) as super users. Writes the admin's
-    client properties to data_dir/client.properties (mode 0600)."""
+    with PLAIN and SCRAM for clients and between brokers (inter.broker.listener.name), a SASL_SSL
+    controller listener (controller.listener.names=CONTROLLER) for the quorum and the brokers'
+    RPCs to the controller, the nodes authenticating as the admin (PLAIN), and StandardAuthorizer
+    with the admin as the super user. Writes the admin's client properties to
+    data_dir/client.properties (mode 0600)."""
     from kspec.ops.pki import make_pki
     from reference.security.jaas import PLAIN_LOGIN_MODULE
     pki = make_pki(os.path.join(data_dir, "pki"))
@@ -128,27 +130,34 @@ def secure_overrides(data_dir: str) -> dict[str, str]:
               "w") as f:
         f.write(f"security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username={SECURE_ADMIN}\n"
                 f"sasl.password={password}\nssl.ca.location={pki.ca_path}\n")
+    jaas = f'{PLAIN_LOGIN_MODULE} required username="{SECURE_ADMIN}" password="{password}" user_{SECURE_ADMIN}="{password}";'
     return {
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
-        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server_pem_path,
+        "listener.security.protocol.map": "CONTROLLER:SASL_SSL,SASL_SSL:SASL_SSL",
+        "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "SASL_SSL",
+        "sasl.mechanism.controller.protocol": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": pki.server_pem_path, "ssl.truststore.location": pki.ca_path,
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_ssl.plain.sasl.jaas.config":
-            f'{PLAIN_LOGIN_MODULE} required username="{SECURE_ADMIN}" password="{password}" '
-            f'user_{SECURE_ADMIN}="{password}";',
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": jaas, "listener.name.controller.plain.sasl.jaas.config": jaas,
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": f"User:{SECURE_ADMIN};User:ANONYMOUS",
+        "super.users": f"User:{SECURE_ADMIN}",
     }
 
 
 def secure_listeners(local_cluster, data_dir: str) -> str:
-    """Give each broker a SASL_SSL listener on a port of its own; return their bootstrap list."""
+    """Give each node a controller listener at its voter address and a SASL_SSL listener on a port
+    of its own; return the brokers' SASL_SSL bootstrap list, which the cluster's own readiness
+    checks use too, with the admin's client properties."""
+    from reference.config import read_properties_file
     from reference.process import free_ports
     layout = local_cluster.layout
     ports = free_ports(len(layout.nodes))
     for (node_id, node), port in zip(sorted(layout.nodes.items()), ports):
-        node.listen = f"PLAINTEXT://{layout.addresses[node_id]},SASL_SSL://127.0.0.1:{port}"
-    return ",".join(f"127.0.0.1:{port}" for (node_id, _), port in zip(sorted(layout.nodes.items()), ports)
-                    if node_id in layout.broker_ids)
+        node.listen = f"CONTROLLER://{layout.addresses[node_id]},SASL_SSL://127.0.0.1:{port}"
+    bootstrap = ",".join(f"127.0.0.1:{port}" for (node_id, _), port in zip(sorted(layout.nodes.items()), ports)
+                         if node_id in layout.broker_ids)
+    local_cluster.client_bootstrap = bootstrap
+    local_cluster.client_config = read_properties_file(os.path.join(data_dir, CLIENT_PROPERTIES))
+    return bootstrap
 
 
 @cluster.command(epilog=EXIT_CODES_EPILOG)

@@ -30,124 +30,41 @@ Inputs: `tick(now_ms)`, `receive(message, now_ms)`, `propose(records)`. Outputs:
 when a tick next has timed work (a caller may sleep until then). The durable state
 is `epoch`, `voted_for` and `log`; the caller persists them before sending the outbox.
 Randomness (election timeout jitter) comes from the `random.Random` passed in.
+
+Elections (pre-votes, votes, BeginQuorumEpoch, check-quorum, EndQuorumEpoch) are in
+raft_elections.py, a mixin of RaftNode; the messages and the configuration in raft_messages.py.
 """
 from __future__ import annotations
 
-import enum
 import random as random_module
 from dataclasses import dataclass, field
 from typing import Any
 
-NO_LEADER = -1
-NOT_VOTED = -1
-NO_DEADLINE_MS = 2**62  # next_tick_ms of a single-voter leader: nothing timed can happen
-FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
-NO_WAIT_MS = 0  # the max_wait_ms of a Fetch the leader must answer at once
-OBSERVER_SESSION_TIMEOUT_MS = 300_000  # an observer silent this long drops out of DescribeQuorum (as Kafka's leader)
-
-
-class RaftRole(enum.Enum):
-    FOLLOWER = "follower"
-    PROSPECTIVE = "prospective"
-    CANDIDATE = "candidate"
-    LEADER = "leader"
-
-
-@dataclass(frozen=True)
-class Entry:
-    epoch: int
-    record: Any  # a metadata record (a dict), or LEADER_CHANGE
-
-
-LEADER_CHANGE = {"type": "LeaderChangeMessage"}
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The state machine's state after every entry below `end_offset`."""
-    end_offset: int
-    last_epoch: int
-    state: Any
-
-
-@dataclass(frozen=True)
-class VoteRequest:
-    candidate_id: int
-    candidate_epoch: int
-    last_offset_epoch: int
-    last_offset: int  # the candidate's log end offset
-    pre_vote: bool
-
-
-@dataclass(frozen=True)
-class VoteResponse:
-    voter_id: int
-    epoch: int
-    vote_granted: bool
-    pre_vote: bool
-    leader_id: int = NO_LEADER  # the voter's leader, so a node that missed BeginQuorumEpoch finds it
-
-
-@dataclass(frozen=True)
-class BeginQuorumEpoch:
-    leader_id: int
-    leader_epoch: int
-
-
-@dataclass(frozen=True)
-class FetchRequest:
-    replica_id: int
-    epoch: int
-    fetch_offset: int
-    last_fetched_epoch: int
-    high_watermark: int = 0  # the follower's: a leader with a higher one answers at once
-    max_wait_ms: int = NO_WAIT_MS  # how long the leader may hold the fetch when it has nothing new
-
-
-@dataclass(frozen=True)
-class FetchResponse:
-    leader_id: int
-    epoch: int
-    fenced: bool = False  # the request's epoch is older than the leader's
-    entries: tuple[Entry, ...] = ()
-    high_watermark: int = 0
-    diverging_epoch: int = -1  # with diverging_end_offset: truncate there, then fetch again
-    diverging_end_offset: int = -1
-    snapshot: Snapshot | None = None
-    fetch_offset: int = -1  # the request's: a late answer to an earlier fetch must not be appended twice
-    not_leader: bool = False  # to an observer: the responder is not the leader; leader_id, epoch: what it knows
-
-
-@dataclass(frozen=True)
-class VoterState:
-    """What the leader knows of one voter, as DescribeQuorum reports it (KIP-595, KIP-836)."""
-    replica_id: int
-    log_end_offset: int  # -1: no fetch from it in this epoch yet
-    last_fetch_ms: int  # -1: never
-    last_caught_up_ms: int  # the last fetch that asked for the leader's end offset; -1: never
-
-
-@dataclass(frozen=True)
-class RaftConfig:
-    election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
-    fetch_timeout_ms: int = 2_000  # controller.quorum.fetch.timeout.ms
-    retry_backoff_ms: int = 20  # as controller.quorum.retry.backoff.ms: a leaderless observer asks the next voter
-
-    @property
-    def fetch_max_wait_ms(self) -> int:
-        """How long the leader may hold a follower's Fetch: a quarter of the fetch timeout (Kafka's
-        500 ms against its 2 s default), so a follower is heard several times within the timeout
-        that makes the leader resign (check quorum) or another voter grant a pre-vote."""
-        return self.fetch_timeout_ms // 4
-
-    @property
-    def fetch_request_timeout_ms(self) -> int:
-        """A follower whose Fetch got no answer within this long (lost on the way) sends another."""
-        return self.fetch_timeout_ms // 2
+from reference.controller.raft_elections import Elections
+from reference.controller.raft_messages import (  # noqa: F401 (the core's vocabulary, imported from here too)
+    FETCH_ENTRIES_MAX,
+    LEADER_CHANGE,
+    NO_DEADLINE_MS,
+    NO_LEADER,
+    NO_WAIT_MS,
+    NOT_VOTED,
+    OBSERVER_SESSION_TIMEOUT_MS,
+    BeginQuorumEpoch,
+    EndQuorumEpoch,
+    Entry,
+    FetchRequest,
+    FetchResponse,
+    RaftConfig,
+    RaftRole,
+    Snapshot,
+    VoteRequest,
+    VoteResponse,
+    VoterState,
+)
 
 
 @dataclass
-class RaftNode:
+class RaftNode(Elections):
     node_id: int
     voters: tuple[int, ...]
     random: random_module.Random
@@ -280,140 +197,19 @@ class RaftNode:
     def receive(self, message: Any, now_ms: int) -> None:
         handler = {
             VoteRequest: self._on_vote_request, VoteResponse: self._on_vote_response,
-            BeginQuorumEpoch: self._on_begin_quorum_epoch, FetchRequest: self._on_fetch_request,
+            BeginQuorumEpoch: self._on_begin_quorum_epoch, EndQuorumEpoch: self._on_end_quorum_epoch,
+            FetchRequest: self._on_fetch_request,
             FetchResponse: self._on_fetch_response,
         }[type(message)]
         handler(message, now_ms)
 
+    def holds_fetch_of(self, replica_id: int) -> bool:
+        """Whether the leader holds that replica's Fetch, to answer it when there is news (the long poll)."""
+        return replica_id in self._parked_fetches
+
     def take_outbox(self) -> list[tuple[int, Any]]:
         messages, self.outbox = self.outbox, []
         return messages
-
-    # ------------------------------------------------------------ elections
-
-    @property
-    def majority(self) -> int:
-        return len(self.voters) // 2 + 1
-
-    def _reset_election_timer(self, now_ms: int) -> None:
-        if self.is_observer:  # no election to stand in: the time after which its leader counts as silent
-            self._timer_deadline_ms = now_ms + self.config.fetch_timeout_ms
-            return
-        jitter_ms = self.random.randrange(self.config.election_timeout_ms)
-        self._timer_deadline_ms = now_ms + self.config.election_timeout_ms + jitter_ms
-
-    def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
-        assert epoch >= self.epoch
-        if epoch > self.epoch:
-            self.epoch, self.voted_for = epoch, NOT_VOTED
-        self.role, self.leader_id = RaftRole.FOLLOWER, leader_id
-        self._fetch_sent_ms = -1
-        self._parked_fetches = {}  # a leader that steps down drops them: their senders fetch again
-        self._last_leader_contact_ms = -1  # until the leader itself is heard (BeginQuorumEpoch, a Fetch answer)
-        self._reset_election_timer(now_ms)
-
-    def _become_prospective(self, now_ms: int) -> None:
-        """Ask for pre-votes first: a node cut off from the quorum cannot win them, so it does not
-        disturb the leader with ever higher epochs when it comes back (KIP-996, Raft thesis §9.6)."""
-        self.role, self._votes = RaftRole.PROSPECTIVE, {self.node_id}
-        self._reset_election_timer(now_ms)
-        self._request_votes(self.epoch + 1, pre_vote=True)
-        self._maybe_win(now_ms)
-
-    def _become_candidate(self, now_ms: int) -> None:
-        self.epoch, self.voted_for = self.epoch + 1, self.node_id
-        self.role, self.leader_id, self._votes = RaftRole.CANDIDATE, NO_LEADER, {self.node_id}
-        self._reset_election_timer(now_ms)
-        self._request_votes(self.epoch, pre_vote=False)
-        self._maybe_win(now_ms)
-
-    def _become_leader(self, now_ms: int) -> None:
-        self.role, self.leader_id = RaftRole.LEADER, self.node_id
-        self._epoch_start_offset = self.log_end_offset
-        self._voter_end_offsets = {voter: -1 for voter in self.voters if voter != self.node_id}
-        self._voter_last_fetch_ms = {voter: now_ms for voter in self.voters if voter != self.node_id}
-        self._voter_caught_up_ms = {}
-        self._observers = {}
-        self._append([Entry(self.epoch, LEADER_CHANGE)])  # commits the earlier epochs' entries (§5.4.2)
-        for voter in self.voters:
-            if voter != self.node_id:
-                self.outbox.append((voter, BeginQuorumEpoch(self.node_id, self.epoch)))
-        self._maybe_advance_high_watermark()
-
-    def _request_votes(self, epoch: int, pre_vote: bool) -> None:
-        request = VoteRequest(self.node_id, epoch, self.last_epoch, self.log_end_offset, pre_vote)
-        self.outbox += [(voter, request) for voter in self.voters if voter != self.node_id]
-
-    def _maybe_win(self, now_ms: int) -> None:
-        if len(self._votes) < self.majority:
-            return
-        if self.role is RaftRole.PROSPECTIVE:
-            self._become_candidate(now_ms)
-        elif self.role is RaftRole.CANDIDATE:
-            self._become_leader(now_ms)
-
-    def _on_vote_request(self, request: VoteRequest, now_ms: int) -> None:
-        """Grant at most one vote per epoch (§5.2), and only to a log at least as up to date as
-        ours (§5.4.1). A pre-vote changes nothing here and is refused while we still hear
-        from a leader. An observer has no vote to give."""
-        if self.is_observer:
-            return
-        up_to_date = (request.last_offset_epoch, request.last_offset) >= (self.last_epoch, self.log_end_offset)
-        if request.pre_vote:
-            leader_alive = (self.role is RaftRole.LEADER or (
-                self.leader_id != NO_LEADER and now_ms - self._last_leader_contact_ms < self.config.fetch_timeout_ms))
-            granted = request.candidate_epoch > self.epoch and up_to_date and not leader_alive
-            self.outbox.append((request.candidate_id,
-                                VoteResponse(self.node_id, self.epoch, granted, True, self.leader_id)))
-            return
-        if request.candidate_epoch > self.epoch:
-            self._become_follower(request.candidate_epoch, NO_LEADER, now_ms)
-        granted = (request.candidate_epoch == self.epoch and self.role is RaftRole.FOLLOWER
-                   and self.leader_id == NO_LEADER and self.voted_for in (NOT_VOTED, request.candidate_id)
-                   and up_to_date)
-        if granted:
-            self.voted_for = request.candidate_id
-            self._reset_election_timer(now_ms)
-        self.outbox.append((request.candidate_id,
-                            VoteResponse(self.node_id, self.epoch, granted, False, self.leader_id)))
-
-    def _on_vote_response(self, response: VoteResponse, now_ms: int) -> None:
-        if response.epoch > self.epoch or (not response.vote_granted
-                                           and self._learns_leader(response.epoch, response.leader_id)):
-            self._become_follower(response.epoch, response.leader_id, now_ms)
-            return
-        wanted = RaftRole.PROSPECTIVE if response.pre_vote else RaftRole.CANDIDATE
-        if self.role is wanted and response.vote_granted and (response.pre_vote or response.epoch == self.epoch):
-            self._votes.add(response.voter_id)
-            self._maybe_win(now_ms)
-
-    def _learns_leader(self, epoch: int, leader_id: int) -> bool:
-        """Whether an answer naming the leader of our own epoch should make us its follower: when
-        we know no leader, or are asking for votes. A prospective node keeps the leader it knew,
-        and a refused pre-vote that names that leader sends it back to fetching (KIP-996);
-        otherwise a node that came back from a partition would ask for pre-votes forever."""
-        return (epoch == self.epoch and leader_id not in (NO_LEADER, self.node_id)
-                and (self.role in (RaftRole.PROSPECTIVE, RaftRole.CANDIDATE) or self.leader_id == NO_LEADER))
-
-    def _on_begin_quorum_epoch(self, message: BeginQuorumEpoch, now_ms: int) -> None:
-        if message.leader_epoch > self.epoch or (message.leader_epoch == self.epoch and self.role is not RaftRole.LEADER):
-            self._become_follower(message.leader_epoch, message.leader_id, now_ms)
-            self._last_leader_contact_ms = now_ms
-
-    @property
-    def _quorum_deadline_ms(self) -> int:
-        """When the leader resigns unless more voters fetch: the fetch timeout after the latest
-        fetch that, with the leader itself, makes a majority (never, as the only voter)."""
-        if self.majority == 1:
-            return NO_DEADLINE_MS
-        heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
-        return heard_ms[self.majority - 2] + self.config.fetch_timeout_ms
-
-    def _check_quorum(self, now_ms: int) -> None:
-        """A leader that has not heard from a majority within the fetch timeout resigns, so a
-        partitioned leader stops answering for the quorum."""
-        if now_ms >= self._quorum_deadline_ms:
-            self._become_follower(self.epoch, NO_LEADER, now_ms)
 
     # ------------------------------------------------------------ replication
 

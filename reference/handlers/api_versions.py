@@ -25,6 +25,6 @@ def handle_api_versions(broker, request, context: RequestContext) -> dict:
         "error_code": ErrorCode.NONE,
         "api_keys": [
             {"api_key": int(key), "min_version": low, "max_version": high}
-            for key, (low, high) in sorted(broker.advertised_api_versions().items())
+            for key, (low, high) in sorted(broker.advertised_api_versions(context.listener).items())
         ],
     }

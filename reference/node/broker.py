@@ -187,8 +187,8 @@ class Broker(BrokerBase):
         """The versions this node handles (reference/protocol/api_versions.py)."""
         return SUPPORTED_API_VERSIONS
 
-    def advertised_api_versions(self) -> dict:
-        """The ApiVersions table clients are shown."""
+    def advertised_api_versions(self, listener: str = "") -> dict:
+        """The ApiVersions table a client is shown on `listener` (a single node's are all alike)."""
         return self.api_versions()
 
     @property

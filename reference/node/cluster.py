@@ -29,7 +29,8 @@ queues them, and refuses the command when one would not replay; and a node whose
 committed record fails anyway logs the record and stops the process at once, as Kafka's
 controller does through its fatal fault handler (ProcessTerminatingFaultHandler).
 
-Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py) moves messages.
+Sans-IO: no sockets and no clock; the shell (reference/server/cluster.py and the components it
+builds) moves messages, as Kafka's RPCs.
 """
 from __future__ import annotations
 
@@ -49,8 +50,14 @@ from reference.node.metadata import TopicImage
 from reference.node.quorum import DurableRaftNode
 from reference.node.replay import halt_on_replay_failure, replay
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.api_versions import CLUSTER_ONLY_API_VERSIONS, SUPPORTED_API_VERSIONS
+from reference.protocol.api_versions import (
+    CLUSTER_ONLY_API_VERSIONS,
+    CONTROLLER_LISTENER_APIS,
+    INTER_NODE_API_VERSIONS,
+    SUPPORTED_API_VERSIONS,
+)
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.security.inter_node import controller_listener_names
 from reference.replication import (
     AlterPartitionRequest,
     EpochEndOffsetRequest,
@@ -119,9 +126,13 @@ class ClusterBroker(BrokerBase):
         it is handled on the active controller too, in requests forwarded to it (KIP-590)."""
         return {**SUPPORTED_API_VERSIONS, **CLUSTER_ONLY_API_VERSIONS}
 
-    def advertised_api_versions(self) -> dict:
-        """A controller-only node shows clients just what it answers them."""
+    def advertised_api_versions(self, listener: str = "") -> dict:
+        """A controller listener (controller.listener.names) lists the controller's APIs and the RPCs
+        between nodes, as Kafka's does; a controller-only node's other listeners just what it
+        answers clients; a broker's listeners no RPC between nodes."""
         table = self.api_versions()
+        if listener in controller_listener_names(self.config.security_properties):
+            return {**{key: table[key] for key in CONTROLLER_LISTENER_APIS if key in table}, **INTER_NODE_API_VERSIONS}
         return table if self.config.is_broker else {key: table[key] for key in CONTROLLER_CLIENT_APIS}
 
     @property

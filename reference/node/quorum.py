@@ -1,4 +1,4 @@
-"""The controller quorum's durable state on one node, and its messages as JSON for the wire.
+"""The controller quorum's durable state on one node (its messages on the wire: raft_rpcs.py).
 
 KRaft keeps the metadata log as an ordinary partition log, `__cluster_metadata-0`, and the
 vote in a `quorum-state` file. DurableRaftNode does the same around the sans-IO RaftNode:
@@ -26,23 +26,13 @@ Snapshots are not taken here: the metadata log of a test cluster stays small.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import json
 import os
 import random
 from collections.abc import Callable
 
-from reference.controller.raft import (
-    BeginQuorumEpoch,
-    Entry,
-    FetchRequest,
-    FetchResponse,
-    RaftConfig,
-    RaftNode,
-    VoteRequest,
-    VoteResponse,
-)
+from reference.controller.raft import Entry, RaftConfig, RaftNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import Record, build_batch, iter_batches
 from reference.storage import Log, LogConfig
@@ -50,7 +40,6 @@ from reference.storage.atomic import replace_file
 
 QUORUM_STATE_FILE = "quorum-state"
 READ_BYTES_MAX = 1 << 20
-RAFT_MESSAGES = {cls.__name__: cls for cls in (VoteRequest, VoteResponse, BeginQuorumEpoch, FetchRequest, FetchResponse)}
 
 
 class DurableRaftNode(RaftNode):
@@ -82,9 +71,7 @@ class DurableRaftNode(RaftNode):
         entries = list(entries)
         now_ms = 0  # the metadata log's own timestamps are not used
         with self._durable_write("append to"):
-            for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch):
-                batch = build_batch([Record(timestamp=now_ms, value=json.dumps(entry.record, sort_keys=True).encode())
-                                     for entry in run])
+            for epoch, batch in entry_batches(entries):
                 self.metadata_log.append_as_leader(batch, epoch, now_ms)
             self.metadata_log.flush(now_ms)
         super()._append(entries)
@@ -124,23 +111,19 @@ def _read_entries(metadata_log: Log):
     assert offset == 0, "the metadata log is never trimmed (no snapshots)"
     while offset < metadata_log.log_end_offset:
         read = metadata_log.read(offset, READ_BYTES_MAX)
-        for batch in iter_batches(read.records):
-            for record in batch.records():
-                yield Entry(batch.partition_leader_epoch, json.loads(record.value))
-            offset = batch.last_offset + 1
+        yield from decode_entries(read.records)
+        offset = list(iter_batches(read.records))[-1].last_offset + 1
 
 
-def encode_raft_message(message) -> bytes:
-    fields = dataclasses.asdict(message)
-    if isinstance(message, FetchResponse):
-        assert message.snapshot is None, "snapshots are not sent (none are taken)"
-        fields["entries"] = [[entry.epoch, entry.record] for entry in message.entries]
-    return json.dumps({"type": type(message).__name__, **fields}).encode()
+def entry_batches(entries) -> list[tuple[int, bytes]]:
+    """Entries as the metadata log holds them, on disk and in a Fetch answer: one record batch per
+    run of entries of one epoch (its partition leader epoch), each record's value the metadata
+    record as JSON."""
+    return [(epoch, build_batch([Record(timestamp=0, value=json.dumps(entry.record, sort_keys=True).encode())
+                                 for entry in run], partition_leader_epoch=epoch))
+            for epoch, run in itertools.groupby(entries, key=lambda entry: entry.epoch)]
 
 
-def decode_raft_message(payload: bytes):
-    fields = json.loads(payload)
-    cls = RAFT_MESSAGES[fields.pop("type")]
-    if cls is FetchResponse:
-        fields["entries"] = tuple(Entry(epoch, record) for epoch, record in fields["entries"])
-    return cls(**fields)
+def decode_entries(records) -> tuple[Entry, ...]:
+    return tuple(Entry(batch.partition_leader_epoch, json.loads(record.value))
+                 for batch in iter_batches(records or b"") for record in batch.records())

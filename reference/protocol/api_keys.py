@@ -103,4 +103,3 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
-    KSPEC_CONTROLLER = 1000  # kspec-internal node-to-node RPC (definitions/KspecControllerRequest.json)

@@ -78,3 +78,28 @@ def is_supported(api_key: int, api_version: int,
     key = ApiKey(api_key)
     low, high = advertised[key]
     return low <= api_version <= high and api_version not in REFUSED_VERSIONS.get(key, ())
+
+# Kafka's inter-node RPCs, served to the other nodes of a cluster (reference/server/cluster.py):
+# the controller quorum's (KIP-595, KIP-996), the brokers' to the active controller (KIP-631,
+# KIP-497) and forwarded admin requests (KIP-590). Kafka's ApiMessageType gives them the
+# "controller" listener only, so no client listener's ApiVersions lists them; the Fetch of the
+# metadata log is an ordinary Fetch (its range is the clients').
+INTER_NODE_API_VERSIONS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.VOTE: (0, 2),
+    ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
+    ApiKey.END_QUORUM_EPOCH: (0, 1),
+    ApiKey.ALTER_PARTITION: (2, 3),  # v0-1 name topics, kspec's brokers send topic ids
+    ApiKey.ENVELOPE: (0, 0),
+    ApiKey.BROKER_REGISTRATION: (0, 4),
+    ApiKey.BROKER_HEARTBEAT: (0, 1),
+}
+
+# What a controller listener (controller.listener.names) serves and lists in ApiVersions besides
+# INTER_NODE_API_VERSIONS: Kafka's APIs whose ApiMessageType listeners include "controller" and
+# that kspec's controller answers (the Fetch is the metadata log's), no broker's API.
+CONTROLLER_LISTENER_APIS = frozenset({
+    ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.FETCH, ApiKey.DESCRIBE_QUORUM,
+    ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.CREATE_PARTITIONS, ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ELECT_LEADERS, ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+})

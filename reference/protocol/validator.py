@@ -32,14 +32,14 @@ import cramjam
 
 from reference.protocol.compression import XERIAL_HEADER, XERIAL_MAGIC, CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
-from reference.protocol.records import (
+from reference.protocol.record_batch import (
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_CREATE_TIME,
     RecordBatch,
     _read_varint,
-    validate_produce,
 )
+from reference.protocol.records import validate_produce
 
 _INT32 = struct.Struct(">i")
 RECORD_ERRORS_IN_MESSAGE_MAX = 3  # as Kafka, the error message quotes the first three record errors

@@ -81,13 +81,15 @@ def _load_inline_chain(context: ssl.SSLContext, chain: str, key: str, password: 
 
 
 class TlsChannel:
-    """A server-side TLS connection over a non-blocking socket."""
+    """A TLS connection over a non-blocking socket: a listener's (server side), or, given the
+    server's host name, a node's connection to another node (client side)."""
 
-    def __init__(self, connection: socket.socket, context: ssl.SSLContext) -> None:
+    def __init__(self, connection: socket.socket, context: ssl.SSLContext, server_hostname: str | None = None) -> None:
         self._socket = connection
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
-        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=server_hostname is None,
+                                     server_hostname=server_hostname)
 
     async def handshake(self) -> None:
         """Complete the TLS handshake; ssl.SSLError on a client that does not speak TLS (e.g.

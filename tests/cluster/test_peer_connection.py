@@ -11,7 +11,7 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.framing import FrameDecoder
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import encode_response
-from reference.server.cluster import PEER_ERRORS, PeerConnection
+from reference.server.peers import PEER_ERRORS, PeerConnection
 
 FETCH_VERSION = 12
 RECORDS_BYTES = 3 * 1024 * 1024  # larger than any one socket read

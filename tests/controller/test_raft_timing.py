@@ -7,8 +7,18 @@ from __future__ import annotations
 
 import random
 
-from reference.controller.raft import NO_DEADLINE_MS, FetchRequest, FetchResponse, RaftConfig, RaftNode, RaftRole
-from reference.node.quorum import decode_raft_message, encode_raft_message
+from reference.controller.raft import (
+    NO_DEADLINE_MS,
+    EndQuorumEpoch,
+    FetchRequest,
+    FetchResponse,
+    RaftConfig,
+    RaftNode,
+    RaftRole,
+)
+from reference.node.raft_rpcs import from_request, to_request
+from reference.protocol.messages import decode_request, encode_request
+from reference.protocol.headers import parse_request_header
 
 CONFIG = RaftConfig(election_timeout_ms=500, fetch_timeout_ms=1_000)
 TOPIC = {"type": "TopicRecord", "name": "t"}
@@ -117,7 +127,10 @@ def test_an_append_answers_the_held_fetches_and_the_next_fetch_commits_at_once()
 
 def test_the_max_wait_and_high_watermark_of_a_fetch_travel_between_nodes():
     fetch = FetchRequest(2, 3, 10, 2, high_watermark=9, max_wait_ms=CONFIG.fetch_max_wait_ms)
-    assert decode_raft_message(encode_raft_message(fetch)) == fetch
+    api_key, version, body = to_request(fetch, "cluster", 1)
+    frame = encode_request(api_key, version, 7, "node-2", body)[4:]
+    header, body_offset = parse_request_header(frame)
+    assert from_request(header.api_key, decode_request(api_key, version, frame[body_offset:])) == fetch
 
 
 def test_a_fetch_with_an_older_high_watermark_is_answered_at_once():
@@ -187,3 +200,30 @@ def test_a_single_voter_leader_has_nothing_timed_to_do():
     node.tick(node.next_tick_ms)
     assert node.role is RaftRole.LEADER
     assert node.next_tick_ms == NO_DEADLINE_MS
+
+
+def test_a_leader_that_resigns_is_succeeded_before_its_followers_would_miss_it():
+    """EndQuorumEpoch (KIP-595): a leader that shuts down tells its followers, which stand within
+    half an election timeout instead of waiting out the fetch timeout for the silent leader."""
+    nodes, now_ms = elect()
+    caught_up(nodes, now_ms)
+    old_epoch = nodes[1].epoch
+    nodes[1].resign(now_ms)
+    survivors = {2: nodes[2], 3: nodes[3]}
+    ends = nodes[1].take_outbox()
+    assert sorted(target for target, _ in ends) == [2, 3]
+    for target, message in ends:
+        assert isinstance(message, EndQuorumEpoch) and message.leader_epoch == old_epoch
+        survivors[target].receive(message, now_ms)
+    resigned_ms = now_ms
+    while not any(node.role is RaftRole.LEADER for node in survivors.values()):
+        now_ms = max(now_ms, min(node.next_tick_ms for node in survivors.values()))
+        assert now_ms - resigned_ms < CONFIG.fetch_timeout_ms, "no successor before the fetch timeout"
+        for node in survivors.values():
+            if node.next_tick_ms <= now_ms:
+                node.tick(now_ms)
+        while outgoing := [(t, m) for node in survivors.values() for t, m in node.take_outbox() if t in survivors]:
+            for target, message in outgoing:
+                survivors[target].receive(message, now_ms)
+    leader, = [node for node in survivors.values() if node.role is RaftRole.LEADER]
+    assert leader.epoch > old_epoch and now_ms - resigned_ms <= CONFIG.election_timeout_ms

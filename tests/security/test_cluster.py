@@ -1,6 +1,7 @@
 """Security on a 3-node cluster started as a user would, `kspec cluster --nodes 3 --secure`:
-every node serves a SASL_SSL listener beside the PLAINTEXT one the nodes talk over (its
-principal, User:ANONYMOUS, is a super user, as a Kafka cluster's inter-broker principal is);
+every node serves a SASL_SSL listener, which the brokers also replicate over, and a SASL_SSL
+controller listener for the quorum (the nodes authenticate as the admin, a super user, as a
+Kafka cluster's inter-broker principal is); no listener is plaintext;
 ACLs and SCRAM credentials made through one node are records of the metadata log that every
 node replays; Metadata on the SASL_SSL listener names every broker by its SASL_SSL address."""
 from __future__ import annotations
@@ -26,6 +27,10 @@ from tests.security.conftest import SecureClient, socket_closed
 
 TIMEOUT_S = 30
 START_TIMEOUT_S = 90
+# A Vote as a candidate would send it (KIP-595, KIP-996): an RPC between the nodes only.
+VOTE = {"cluster_id": None, "voter_id": 1, "topics": [{"topic_name": "__cluster_metadata", "partitions": [
+    {"partition_index": 0, "replica_epoch": 99, "replica_id": 2, "last_offset_epoch": 99, "last_offset": 1 << 40,
+     "pre_vote": False}]}]}
 USERS = {"alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}  # SCRAM-SHA-256 users the admin makes
 
 
@@ -150,11 +155,11 @@ def test_auth_3_a_client_on_the_sasl_ssl_listener_cannot_fetch_as_a_replica(secu
             {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1000, "last_fetched_epoch": -1,
              "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}], "forgotten_topics_data": [], "rack_id": ""})
     assert fetch.responses[0].partitions[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-    # Nor may it send the nodes' own RPCs: a raft message from a client closes its connection,
+    # Nor may it send the nodes' own RPCs: a Vote from a client closes its connection,
     # as it does from a connection not yet authenticated (whose principal would be User:ANONYMOUS).
-    alice.send(ApiKey.KSPEC_CONTROLLER, 0, {"kind": "raft", "payload": b"{}"})
+    alice.send(ApiKey.VOTE, 2, VOTE)
     assert socket_closed(alice.sock)
     stranger = SecureClient(secure_cluster.sasl_addresses[leader - 1],
                             ssl.create_default_context(cafile=secure_cluster.properties["ssl.ca.location"]))
-    stranger.send(ApiKey.KSPEC_CONTROLLER, 0, {"kind": "raft", "payload": b"{}"})
+    stranger.send(ApiKey.VOTE, 2, VOTE)
     assert socket_closed(stranger.sock)

@@ -12,7 +12,7 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 from reference.security.acls import AclBinding, AclOperation, PatternType, PermissionType, ResourceType
 from reference.security.authorizer import StandardAuthorizer
-from reference.security.jaas import parse_jaas_config
+from reference.security.jaas import PLAIN_LOGIN_MODULE, parse_jaas_config
 from reference.security.principal import KafkaPrincipal, SslPrincipalMapper, rfc2253_subject
 from reference.security.sasl import SaslAuthenticator, SaslConfig, State
 from reference.security.scram import ScramError, ScramServer, credential_from_salted_password, salted_password
@@ -195,13 +195,35 @@ def test_bad_security_configuration_is_one_clear_error(properties, message):
     assert "\n" not in str(error.value)
 
 
-def test_a_cluster_nodes_first_listener_carries_the_traffic_between_nodes_in_plaintext():
+def test_the_traffic_between_nodes_takes_the_inter_broker_listeners_protocol_and_credentials(pki):
+    """inter.broker.listener.name and controller.listener.names pick the listeners the nodes talk
+    to; a SASL one needs sasl.mechanism.*.protocol and the node's own username and password in
+    that listener's JAAS config, a TLS one a truststore: each missing piece is one clear line."""
+    from reference.security.inter_node import CONTROLLER, INTER_BROKER, client_security
+    jaas = f'{PLAIN_LOGIN_MODULE} required username="node" password="node-pw" user_node="node-pw";'
     voters = {"log.dirs": "/tmp/x", "node.id": "1", "controller.quorum.voters": "1@127.0.0.1:9092",
-              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT",
-              "sasl.enabled.mechanisms": "SCRAM-SHA-256"}
-    BrokerConfig.from_properties({**voters, "listeners": "PLAINTEXT://127.0.0.1:9092,CLIENT://127.0.0.1:9093"})
-    with pytest.raises(ValueError, match="must be PLAINTEXT"):
-        BrokerConfig.from_properties({**voters, "listeners": "CLIENT://127.0.0.1:9092,PLAINTEXT://127.0.0.1:9093"})
+              "listeners": "CONTROLLER://127.0.0.1:9092,REPLICATION://127.0.0.1:9093,CLIENT://127.0.0.1:9094",
+              "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,REPLICATION:SSL,CLIENT:PLAINTEXT",
+              "controller.listener.names": "CONTROLLER", "inter.broker.listener.name": "REPLICATION",
+              "sasl.enabled.mechanisms": "PLAIN", "listener.name.controller.plain.sasl.jaas.config": jaas,
+              "ssl.keystore.location": pki.server_pem_path, "ssl.truststore.location": pki.ca_path}
+    with pytest.raises(ValueError, match="sasl.mechanism.controller.protocol=GSSAPI is not supported") as error:
+        BrokerConfig.from_properties(voters)
+    assert "\n" not in str(error.value)
+    config = BrokerConfig.from_properties({**voters, "sasl.mechanism.controller.protocol": "PLAIN"})
+    controller = client_security(config.security_properties, config.listeners, CONTROLLER)
+    assert (controller.listener, controller.protocol, controller.mechanism, controller.username) == (
+        "CONTROLLER", "SASL_PLAINTEXT", "PLAIN", "node")
+    replication = client_security(config.security_properties, config.listeners, INTER_BROKER)
+    assert (replication.listener, replication.protocol) == ("REPLICATION", "SSL")
+    assert replication.ssl_context is not None and replication.mechanism is None
+    with pytest.raises(ValueError, match="set ssl.truststore.location"):
+        BrokerConfig.from_properties({**voters, "sasl.mechanism.controller.protocol": "PLAIN",
+                                      "ssl.truststore.location": ""})
+    unnamed = {**voters, "sasl.mechanism.controller.protocol": "PLAIN",
+               "listener.name.controller.plain.sasl.jaas.config": f'{PLAIN_LOGIN_MODULE} required user_node="pw";'}
+    with pytest.raises(ValueError, match="give username and password"):
+        BrokerConfig.from_properties(unnamed)
 
 
 def test_a_server_properties_file_as_kafkas_docs_write_it(tmp_path, pki):
