@@ -50,27 +50,13 @@ from reference.node.metadata import TopicImage
 from reference.node.quorum import DurableRaftNode
 from reference.node.replay import halt_on_replay_failure, replay
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.api_versions import (
-    CLUSTER_ONLY_API_VERSIONS,
-    CONTROLLER_LISTENER_APIS,
-    INTER_NODE_API_VERSIONS,
-    SUPPORTED_API_VERSIONS,
-)
+from reference.protocol.api_versions import (CLUSTER_ONLY_API_VERSIONS, CONTROLLER_LISTENER_APIS,
+                                             INTER_NODE_API_VERSIONS, SUPPORTED_API_VERSIONS)
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.replication import (AlterPartitionRequest, EpochEndOffsetRequest, LeaderEpochCache, PartitionChange,
+                                   PartitionReplica, ReplicaConfig, ReplicaFetch, ReplicationBugs, Role)
 from reference.security.inter_node import controller_listener_names
-from reference.replication import (
-    AlterPartitionRequest,
-    EpochEndOffsetRequest,
-    LeaderEpochCache,
-    PartitionChange,
-    PartitionReplica,
-    ReplicaConfig,
-    ReplicaFetch,
-    ReplicationBugs,
-    Role,
-)
-from reference.storage import AppendOrigin, Log
-from reference.storage import cleaner
+from reference.storage import AppendOrigin, Log, cleaner
 
 # What a controller-only node (process.roles=controller) answers outside the quorum.
 CONTROLLER_CLIENT_APIS = frozenset({ApiKey.API_VERSIONS, ApiKey.DESCRIBE_QUORUM})
