@@ -1,0 +1,258 @@
+"""The replica audit: after the final reads, every replica's log below its high watermark,
+read one replica at a time and recorded in the history for the checker (REP-1, REP-2, VIS-2, PRO-1).
+
+Two ways to read a replica, and every read says which it used (extra "method"):
+
+- "follower-fetch" (black-box, any broker): a consumer Fetch v11+ sent straight to the node
+  holding the replica. Kafka serves a v11+ consumer fetch from the local replica, leader or
+  follower (KIP-392: the request carries client metadata, so FetchParams.fetchOnlyLeader is
+  false), up to that replica's own high watermark. Making each replica the leader in turn
+  would need a preferred-leader election per replica (ElectLeaders elects only the first of
+  the assignment, and reordering needs a reassignment) or stopping the others (with three
+  nodes that are also the controller quorum, two stopped nodes stop every election), so the
+  audit reads followers where they are. A broker that refuses (NOT_LEADER_OR_FOLLOWER from a
+  follower) leaves that replica unread, and the read says why.
+- "segment-files" (the reference target, white-box): each node's segment files of the
+  partition (reference/storage's batch reader), below the high watermark the node last wrote
+  to its replication-offset-checkpoint (a lower bound of its high watermark: safe to compare
+  below).
+
+A replica read is an op of f "replica-read" (process REPLICA_READ_PROCESS_BASE + n, one per
+read) whose one poll mop lists the records read; extra holds the node, the method, the high
+watermark, the log start offset, each batch's (base offset, partition leader epoch) and any
+error. Records whose key or value is not an 8-byte long (nothing the workload sent) keep
+their bytes, hex, in extra "foreign" as evidence for PRO-1.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from faults.recorder import Recorder
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+from reference.protocol.messages import decode_response, encode_request
+from reference.protocol.records import RecordBatch, iter_batches
+from spec.history import Poll, Record
+
+REPLICA_READ_PROCESS_BASE = 1_000_000  # replica reads are processes of their own, never a client's
+METADATA_VERSION = 12          # names every partition's leader epoch, replicas and ISR
+FETCH_VERSION = 12             # v11+: a follower may serve it (KIP-392); v12 still names topics
+FETCH_BYTES_MAX = 1 << 20
+SOCKET_TIMEOUT_S = 5.0
+READS_PER_REPLICA_MAX = 10_000  # fetches per replica: a bound, far above any fault run's log
+CLIENT_ID = "kspec-replica-audit"
+FOLLOWER_FETCH, SEGMENT_FILES = "follower-fetch", "segment-files"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+
+
+class WireError(RuntimeError):
+    pass
+
+
+def request(address: tuple[str, int], api_key: int, version: int, body: dict):
+    """One request on a fresh connection; its decoded response."""
+    with socket.create_connection(address, timeout=SOCKET_TIMEOUT_S) as sock:
+        sock.settimeout(SOCKET_TIMEOUT_S)
+        sock.sendall(encode_request(api_key, version, 1, CLIENT_ID, body))
+        (size,) = struct.unpack(">i", _read_exactly(sock, 4))
+        return decode_response(api_key, version, _read_exactly(sock, size))[1]
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise WireError("the broker closed the connection")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass
+class Metadata:
+    brokers: dict[int, tuple[str, int]]
+    partitions: list[PartitionInfo]
+
+
+def metadata(address: tuple[str, int], topics: list[str] | None) -> Metadata:
+    """Metadata v12 from one node: brokers' addresses and every partition's leader, epoch, replicas, ISR."""
+    response = request(address, ApiKey.METADATA, METADATA_VERSION, {
+        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+        "allow_auto_topic_creation": False})
+    brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+    partitions = [PartitionInfo(t.name, p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
+                                tuple(p.isr_nodes))
+                  for t in response.topics if t.error_code == ErrorCode.NONE for p in t.partitions]
+    return Metadata(brokers, sorted(partitions, key=lambda p: (p.topic, p.partition)))
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+@dataclass
+class ReplicaLog:
+    """What one read of one replica found."""
+    topic: str
+    partition: int
+    node: int
+    method: str
+    high_watermark: int = -1
+    log_start_offset: int = 0
+    records: list[Record] = field(default_factory=list)
+    epochs: list[tuple[int, int]] = field(default_factory=list)   # (base offset, partition leader epoch)
+    foreign: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, key hex, value hex)
+    error: str | None = None
+
+    def add_batches(self, data: bytes | memoryview, below: int) -> int:
+        """Take the records of the whole batches in data below offset `below`; returns the next offset."""
+        next_offset = None
+        for batch in iter_batches(data):
+            if not isinstance(batch, RecordBatch) or batch.base_offset >= below:
+                break
+            if not self.epochs or self.epochs[-1][1] != batch.partition_leader_epoch:
+                self.epochs.append((batch.base_offset, batch.partition_leader_epoch))
+            if not batch.is_control:
+                for r in batch.records():
+                    if r.offset < below:
+                        self._add(r)
+            next_offset = batch.next_offset
+        return next_offset
+
+    def _add(self, r) -> None:
+        key, value = _long(r.key), _long(r.value)
+        if key is None or value is None:
+            self.foreign.append((r.offset, (r.key or b"").hex(), (r.value or b"").hex()))
+        self.records.append(Record(self.topic, self.partition, key, value, r.offset))
+
+    def record(self, recorder: Recorder, process: int) -> None:
+        invocation = recorder.invoke(process, "replica-read", mops=(Poll(),))
+        extra = {"node": self.node, "method": self.method, "topic": self.topic, "partition": self.partition,
+                 "high_watermark": self.high_watermark, "log_start_offset": self.log_start_offset,
+                 "epochs": self.epochs, "foreign": self.foreign[:64]}
+        if self.error is not None:
+            recorder.complete(invocation, "fail", mops=(Poll(),), extra={**extra, "error": self.error})
+        else:
+            recorder.complete(invocation, "ok", mops=(Poll(tuple(self.records)),), extra=extra)
+
+
+def _long(data: bytes | None) -> int | None:
+    return struct.unpack(">q", data)[0] if data is not None and len(data) == 8 else None
+
+
+def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int) -> ReplicaLog:
+    """Read one replica, leader or follower, from its log start to its high watermark (KIP-392)."""
+    log = ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH)
+    offset = 0
+    try:
+        for _ in range(READS_PER_REPLICA_MAX):
+            response = request(address, ApiKey.FETCH, FETCH_VERSION, {
+                "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": FETCH_BYTES_MAX,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+                "topics": [{"topic": info.topic, "partitions": [{
+                    "partition": info.partition, "current_leader_epoch": -1, "fetch_offset": offset,
+                    "log_start_offset": -1, "partition_max_bytes": FETCH_BYTES_MAX}]}],
+                "forgotten_topics_data": []})
+            answer = response.responses[0].partitions[0]
+            if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < answer.log_start_offset:
+                offset = log.log_start_offset = answer.log_start_offset
+                continue
+            if answer.error_code != ErrorCode.NONE:
+                log.error = f"{ErrorCode(answer.error_code).name} from node {node} at offset {offset}"
+                return log
+            log.high_watermark = answer.high_watermark
+            if offset >= answer.high_watermark:
+                return log
+            next_offset = log.add_batches(answer.records or b"", answer.high_watermark)
+            if next_offset is None:
+                log.error = f"node {node} returned no batch at offset {offset} below its high watermark"
+                return log
+            offset = next_offset
+        log.error = f"more than {READS_PER_REPLICA_MAX} fetches"
+    except (OSError, WireError) as e:
+        log.error = f"node {node} at {address[0]}:{address[1]}: {type(e).__name__}: {e}"
+    return log
+
+
+def read_segment_files(data_dir: Path, info: PartitionInfo, node: int) -> ReplicaLog:
+    """One replica's log as its node's segment files hold it, below its checkpointed high watermark."""
+    log = ReplicaLog(info.topic, info.partition, node, SEGMENT_FILES)
+    partition_dir = data_dir / f"{info.topic}-{info.partition}"
+    log.high_watermark = checkpointed_high_watermarks(data_dir).get((info.topic, info.partition), -1)
+    if not partition_dir.is_dir() or log.high_watermark < 0:
+        log.error = f"no partition dir or checkpointed high watermark in {data_dir}"
+        return log
+    segments = sorted(partition_dir.glob("*.log"), key=lambda p: int(p.stem))
+    log.log_start_offset = int(segments[0].stem) if segments else 0
+    for segment in segments:
+        log.add_batches(segment.read_bytes(), log.high_watermark)
+    return log
+
+
+def checkpointed_high_watermarks(data_dir: Path) -> dict[tuple[str, int], int]:
+    """Kafka's replication-offset-checkpoint: version 0, a count, then `topic partition offset` lines."""
+    path = data_dir / REPLICATION_OFFSET_CHECKPOINT
+    if not path.exists():
+        return {}
+    lines = path.read_text().split("\n")
+    if lines[0] != "0":
+        return {}
+    found = {}
+    for line in lines[2:2 + int(lines[1])]:
+        topic, partition, offset = line.split()
+        found[(topic, int(partition))] = int(offset)
+    return found
+
+
+def audit(bootstrap: str, topics: list[str], recorder: Recorder,
+          data_dirs: dict[int, Path] | None = None) -> dict:
+    """Read every replica of every partition of topics and record each read; data_dirs (node id ->
+    its data dir) adds the segment-file reads. Returns a summary for the run's results."""
+    addresses = [parse_address(a) for a in bootstrap.split(",")]
+    found = None
+    errors = []
+    for address in addresses:
+        try:
+            found = metadata(address, topics)
+            break
+        except (OSError, WireError) as e:
+            errors.append(f"{address[0]}:{address[1]}: {e}")
+    if found is None:
+        return {"methods": [], "error": f"no node answered Metadata: {'; '.join(errors)}"}
+    methods = [FOLLOWER_FETCH] + ([SEGMENT_FILES] if data_dirs else [])
+    process = REPLICA_READ_PROCESS_BASE
+    reads = unread = 0
+    for info in found.partitions:
+        for node in info.replicas:
+            logs = [fetch_replica(found.brokers[node], info, node)] if node in found.brokers else \
+                [ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH, error=f"node {node} not in Metadata")]
+            if data_dirs and node in data_dirs:
+                logs.append(read_segment_files(data_dirs[node], info, node))
+            for log in logs:
+                log.record(recorder, process)
+                process += 1
+                reads += 1
+                unread += log.error is not None
+    return {"methods": methods, "partitions": len(found.partitions), "reads": reads, "unread": unread}
+
+
+def reference_data_dirs(target) -> dict[int, Path] | None:
+    """node id -> data dir, for a reference target whose nodes' dirs are on this machine."""
+    dirs = {node.node_id: Path(node.data_dir) for node in target.nodes if hasattr(node, "data_dir")}
+    return dirs if dirs and all(os.path.isdir(d) for d in dirs.values()) else None
