@@ -34,7 +34,7 @@ from pathlib import Path
 from faults.recorder import Recorder
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
-from reference.protocol.messages import decode_response, encode_request
+from reference.protocol.messages import ProtocolDecodeError, decode_response, encode_request
 from reference.protocol.records import RecordBatch, iter_batches
 from spec.history import Poll, Record
 
@@ -51,6 +51,9 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 
 class WireError(RuntimeError):
     pass
+
+
+WIRE_ERRORS = (OSError, WireError, ProtocolDecodeError)  # a node down, cut off, or answering what does not decode
 
 
 def request(address: tuple[str, int], api_key: int, version: int, body: dict):
@@ -92,7 +95,7 @@ class Metadata:
 def metadata(address: tuple[str, int], topics: list[str] | None) -> Metadata:
     """Metadata v12 from one node: brokers' addresses and every partition's leader, epoch, replicas, ISR."""
     response = request(address, ApiKey.METADATA, METADATA_VERSION, {
-        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+        "topics": None if topics is None else [{"name": t} for t in topics],
         "allow_auto_topic_creation": False})
     brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
     partitions = [PartitionInfo(t.name, p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
@@ -185,7 +188,7 @@ def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int) -> R
                 return log
             offset = next_offset
         log.error = f"more than {READS_PER_REPLICA_MAX} fetches"
-    except (OSError, WireError) as e:
+    except WIRE_ERRORS as e:
         log.error = f"node {node} at {address[0]}:{address[1]}: {type(e).__name__}: {e}"
     return log
 
@@ -231,7 +234,7 @@ def audit(bootstrap: str, topics: list[str], recorder: Recorder,
         try:
             found = metadata(address, topics)
             break
-        except (OSError, WireError) as e:
+        except WIRE_ERRORS as e:
             errors.append(f"{address[0]}:{address[1]}: {e}")
     if found is None:
         return {"methods": [], "error": f"no node answered Metadata: {'; '.join(errors)}"}

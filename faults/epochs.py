@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from faults.audit import WireError, metadata, parse_address
+from faults.audit import WIRE_ERRORS, metadata, parse_address
 from faults.recorder import Recorder
 
 EPOCH_PROCESS = -2
@@ -48,7 +48,7 @@ class EpochObserver:
         invocation = self.recorder.invoke(EPOCH_PROCESS, "leader-epochs", extra={"node_index": index})
         try:
             found = metadata(address, self.topics)
-        except (OSError, WireError) as e:
+        except WIRE_ERRORS as e:
             self.recorder.complete(invocation, "fail", extra={"node_index": index, "error": f"{type(e).__name__}: {e}"})
             return
         leaders = [[p.topic, p.partition, p.leader, p.leader_epoch] for p in found.partitions if p.leader >= 0]
