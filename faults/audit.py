@@ -20,14 +20,17 @@ Two ways to read a replica, and every read says which it used (extra "method"):
 A replica read is an op of f "replica-read" (process REPLICA_READ_PROCESS_BASE + n, one per
 read) whose one poll mop lists the records read; extra holds the node, the method, the high
 watermark, the log start offset, each batch's (base offset, partition leader epoch) and any
-error. Records whose key or value is not an 8-byte long (nothing the workload sent) keep
-their bytes, hex, in extra "foreign" as evidence for PRO-1.
+error. A record whose key or value is not an 8-byte long (nothing the workload sent) has a
+null key or value in the history; extra "foreign" keeps its offset, the first bytes of its
+key and value (hex) and a CRC-32 of the whole record, so such records are compared too
+(REP-1) and shown as evidence (PRO-1).
 """
 from __future__ import annotations
 
 import os
 import socket
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +48,8 @@ FETCH_BYTES_MAX = 1 << 20
 SOCKET_TIMEOUT_S = 5.0
 READS_PER_REPLICA_MAX = 10_000  # fetches per replica: a bound, far above any fault run's log
 CLIENT_ID = "kspec-replica-audit"
+FOREIGN_RECORDS_MAX = 10_000   # records kept as bytes per read (see ReplicaLog.foreign)
+FOREIGN_BYTES_SHOWN = 32
 FOLLOWER_FETCH, SEGMENT_FILES = "follower-fetch", "segment-files"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 
@@ -120,7 +125,7 @@ class ReplicaLog:
     log_start_offset: int = 0
     records: list[Record] = field(default_factory=list)
     epochs: list[tuple[int, int]] = field(default_factory=list)   # (base offset, partition leader epoch)
-    foreign: list[tuple[int, str, str]] = field(default_factory=list)  # (offset, key hex, value hex)
+    foreign: list[tuple[int, str, str, int]] = field(default_factory=list)  # (offset, key hex, value hex, crc)
     error: str | None = None
 
     def add_batches(self, data: bytes | memoryview, below: int) -> int:
@@ -140,15 +145,17 @@ class ReplicaLog:
 
     def _add(self, r) -> None:
         key, value = _long(r.key), _long(r.value)
-        if key is None or value is None:
-            self.foreign.append((r.offset, (r.key or b"").hex(), (r.value or b"").hex()))
+        if (key is None or value is None) and len(self.foreign) < FOREIGN_RECORDS_MAX:
+            whole = zlib.crc32(b"%d:" % len(r.key or b"") + (r.key or b"") + (r.value or b""))  # tells records apart
+            self.foreign.append((r.offset, (r.key or b"")[:FOREIGN_BYTES_SHOWN].hex(),
+                                 (r.value or b"")[:FOREIGN_BYTES_SHOWN].hex(), whole))
         self.records.append(Record(self.topic, self.partition, key, value, r.offset))
 
     def record(self, recorder: Recorder, process: int) -> None:
         invocation = recorder.invoke(process, "replica-read", mops=(Poll(),))
         extra = {"node": self.node, "method": self.method, "topic": self.topic, "partition": self.partition,
                  "high_watermark": self.high_watermark, "log_start_offset": self.log_start_offset,
-                 "epochs": self.epochs, "foreign": self.foreign[:64]}
+                 "epochs": self.epochs, "foreign": self.foreign}
         if self.error is not None:
             recorder.complete(invocation, "fail", mops=(Poll(),), extra={**extra, "error": self.error})
         else:
@@ -223,10 +230,11 @@ def checkpointed_high_watermarks(data_dir: Path) -> dict[tuple[str, int], int]:
     return found
 
 
-def audit(bootstrap: str, topics: list[str], recorder: Recorder,
+def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
           data_dirs: dict[int, Path] | None = None) -> dict:
-    """Read every replica of every partition of topics and record each read; data_dirs (node id ->
-    its data dir) adds the segment-file reads. Returns a summary for the run's results."""
+    """Read every replica of every partition of topics (None: every topic but the internal ones)
+    and record each read; data_dirs (node id -> its data dir) adds the segment-file reads.
+    Returns a summary for the run's results."""
     addresses = [parse_address(a) for a in bootstrap.split(",")]
     found = None
     errors = []
@@ -242,6 +250,8 @@ def audit(bootstrap: str, topics: list[str], recorder: Recorder,
     process = REPLICA_READ_PROCESS_BASE
     reads = unread = 0
     for info in found.partitions:
+        if topics is None and info.topic.startswith("__"):
+            continue
         for node in info.replicas:
             logs = [fetch_replica(found.brokers[node], info, node)] if node in found.brokers else \
                 [ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH, error=f"node {node} not in Metadata")]

@@ -105,6 +105,8 @@ def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
     found: list[dict] = []
     by_partition: dict[tuple[str, int], list[_Read]] = defaultdict(list)
     for read in reads.values():
+        for offset, key_hex, value_hex, crc in read.foreign:  # records that are no workload longs: by their bytes
+            read.records[offset] = (f"0x{key_hex}", f"0x{value_hex} (crc {crc})")
         by_partition[(read.topic, read.partition)].append(read)
     for (topic, partition), partition_reads in sorted(by_partition.items()):
         found += _divergence(topic, partition, partition_reads)
@@ -137,7 +139,7 @@ def _divergence(topic: str, partition: int, reads: list[_Read]) -> list[dict]:
                 f"high watermarks ({a.high_watermark}, {b.high_watermark}); (key, value) {shown}"
                 f"{' ...' if len(differ) > DIVERGENT_OFFSETS_SHOWN else ''}",
                 topic=topic, partition=partition, ops=[a.index, b.index],
-                values=[(a.records.get(first) or (None, None))[1], (b.records.get(first) or (None, None))[1]],
+                values=[_int((a.records.get(first) or (None, None))[1]), _int((b.records.get(first) or (None, None))[1])],
                 offsets=[first], delta=len(differ)))
     return rows
 
@@ -154,7 +156,7 @@ def _mismatch(topic: str, partition: int, reads: list[_Read], client: dict[int, 
                 f"{topic}-{partition}: offset {o} was read as value {v}; {read.where()} holds "
                 f"{read.records.get(o, 'nothing')} there ({len(wrong)} offset(s) so)",
                 topic=topic, partition=partition, ops=[op, read.index],
-                values=[v, (read.records.get(o) or (None, None))[1]], offsets=[o], delta=len(wrong)))
+                values=[v, _int((read.records.get(o) or (None, None))[1])], offsets=[o], delta=len(wrong)))
     return rows
 
 
@@ -198,17 +200,22 @@ def _observed_epochs(observations: list[tuple[int, dict]]) -> list[dict]:
     return rows
 
 
+def _int(value) -> int | None:
+    """A value for the anomaly table's int64 column: None for a record that is no workload long."""
+    return value if isinstance(value, int) else None
+
+
 def _unsent(read: _Read, sent: set) -> list[dict]:
-    unsent = [(o, kv) for o, kv in sorted(read.records.items()) if kv[1] is None or kv[1] not in sent]
+    unsent = [(o, kv) for o, kv in sorted(read.records.items()) if not isinstance(kv[1], int) or kv[1] not in sent]
     if not unsent:
         return []
     o, (key, value) = unsent[0]
-    foreign = f"; bytes (offset, key, value): {read.foreign[:3]}" if read.foreign else ""
     return [anomaly_row(
         "stored-unsent",
         f"{read.topic}-{read.partition} on {read.where()}: {len(unsent)} record(s) no client sent, first at offset {o} "
-        f"(key {key}, value {value}){foreign}",
-        topic=read.topic, partition=read.partition, ops=[read.index], values=[value], offsets=[o], delta=len(unsent))]
+        f"(key {key}, value {value})",
+        topic=read.topic, partition=read.partition, ops=[read.index], values=[_int(value)], offsets=[o],
+        delta=len(unsent))]
 
 
 def _crashes(malformed: list[tuple[int, dict]]) -> list[dict]:
