@@ -9,7 +9,8 @@ replica reads are a partition's log once per replica.
 Anomalies, each with the ops that show it:
 - replica-divergence (REP-1): two replicas hold different records at one offset below both
   their high watermarks (or one holds an offset the other lacks there); one row per pair of
-  reads of a partition, naming the first such offset, both records and how many offsets differ.
+  replicas and method (follower fetch, segment files), naming the first such offset, both
+  records and how many offsets differ.
 - replica-read-mismatch (VIS-2): a client read offset o as value v, and a replica holds
   another value at o below its high watermark.
 - epoch-regression (REP-2): one node's Metadata named a lower leader epoch for a partition
@@ -123,7 +124,7 @@ def _divergence(topic: str, partition: int, reads: list[_Read]) -> list[dict]:
     rows = []
     for i, a in enumerate(reads):
         for b in reads[i + 1:]:
-            if a.node == b.node:
+            if a.node == b.node or a.method != b.method:  # replicas compared as one method read them
                 continue
             low, high = max(a.log_start_offset, b.log_start_offset), min(a.high_watermark, b.high_watermark)
             differ = [o for o in sorted(set(a.records) | set(b.records))
