@@ -207,7 +207,8 @@ def _int(value) -> int | None:
 
 
 def _unsent(read: _Read, sent: set) -> list[dict]:
-    unsent = [(o, kv) for o, kv in sorted(read.records.items()) if not isinstance(kv[1], int) or kv[1] not in sent]
+    unsent = [(o, kv) for o, kv in sorted(read.records.items())
+              if o < read.high_watermark and (not isinstance(kv[1], int) or kv[1] not in sent)]
     if not unsent:
         return []
     o, (key, value) = unsent[0]
