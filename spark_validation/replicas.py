@@ -14,7 +14,9 @@ Anomalies, each with the ops that show it:
 - replica-read-mismatch (VIS-2): a client read offset o as value v, and a replica holds
   another value at o below its high watermark.
 - epoch-regression (REP-2): one node's Metadata named a lower leader epoch for a partition
-  than it had named before, or a replica's batches' leader epochs go down as offsets go up.
+  than it had named before, or batches' leader epochs go down as offsets go up, in one
+  replica's log or in what the clients' polls returned (faults/workload.py records the epoch
+  of each batch a poll read).
 - epoch-two-leaders (REP-2): two leaders were named for one leader epoch of a partition.
 - stored-unsent (PRO-1): a replica holds a record that no client sent (its key or value is not
   one of the workload's 8-byte longs, or no send carried that value to that partition): with
@@ -73,7 +75,7 @@ class _Read:
 def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
     """(anomaly rows, guarantee id -> why it was not checked) for the guarantees in GUARANTEES."""
     rows = _read(parquet_path, [REPLICA_READ, LEADER_EPOCHS, START_MALFORMED]).to_pylist()
-    if any(r["f"] == REPLICA_READ for r in rows):  # the client ops matter only beside replica reads
+    if any(r["f"] in (REPLICA_READ, LEADER_EPOCHS) for r in rows):  # a run that audits: its client ops too
         rows += _read(parquet_path, ["send", "poll", "txn"]).to_pylist()
     reads: dict[int, _Read] = {}
     failed_reads: list[dict] = []
@@ -81,6 +83,7 @@ def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
     malformed: list[tuple[int, dict]] = []
     sent: dict[tuple[str, int], set] = defaultdict(set)
     client_reads: dict[tuple[str, int], dict[int, tuple[int, int]]] = defaultdict(dict)  # offset -> (value, op)
+    polled_epochs: list[tuple[str, int, int, int, int]] = []  # (topic, partition, offset, epoch, op)
     for r in rows:
         extra = json.loads(r["extra"]) if r["extra"] else None
         if r["f"] == REPLICA_READ:
@@ -99,7 +102,11 @@ def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
         elif r["f"] == START_MALFORMED:
             if extra and "nodes" in extra.get("value", {}):
                 malformed.append((r["index"], extra["value"]))
-        elif r["mop_f"] == "send" and r["topic"] is not None:
+        elif extra and "leader_epochs" in extra:  # a client poll's batch epochs (faults/workload.py)
+            polled_epochs += [(t, p, o, e, r["index"]) for t, p, o, e in extra["leader_epochs"]]
+        if r["f"] in (REPLICA_READ, LEADER_EPOCHS, START_MALFORMED):
+            continue
+        if r["mop_f"] == "send" and r["topic"] is not None:
             sent[(r["topic"], r["partition"])].add(r["value"])
         elif r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None and r["offset"] is not None:
             client_reads[(r["topic"], r["partition"])].setdefault(r["offset"], (r["value"], r["index"]))
@@ -116,8 +123,9 @@ def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
             found += _batch_epochs(read)
             found += _unsent(read, sent[(topic, partition)]) if malformed else []
     found += _observed_epochs(observations)
+    found += _polled_epochs(polled_epochs)
     found += _crashes(malformed)
-    return found, _unchecked(by_partition, failed_reads, observations, reads, malformed)
+    return found, _unchecked(by_partition, failed_reads, observations, reads, malformed, polled_epochs)
 
 
 def _divergence(topic: str, partition: int, reads: list[_Read]) -> list[dict]:
@@ -171,6 +179,29 @@ def _batch_epochs(read: _Read) -> list[dict]:
                 topic=read.topic, partition=read.partition, ops=[read.index], offsets=[offset_a, offset_b],
                 values=[epoch_a, epoch_b])]
     return []
+
+
+def _polled_epochs(polled: list[tuple[str, int, int, int, int]]) -> list[dict]:
+    """Clients' polls, all together: along a partition's offsets the batches' leader epochs never go down."""
+    rows = []
+    by_partition = defaultdict(list)
+    for topic, partition, offset, epoch, op in polled:
+        by_partition[(topic, partition)].append((offset, epoch, op))
+    for (topic, partition), seen in sorted(by_partition.items()):
+        seen.sort()
+        highest = seen[0]
+        for offset, epoch, op in seen[1:]:
+            if epoch < highest[1] and offset > highest[0]:
+                rows.append(anomaly_row(
+                    "epoch-regression",
+                    f"{topic}-{partition}: a client read offset {offset} in a batch of leader epoch {epoch}, after "
+                    f"offset {highest[0]} in epoch {highest[1]}",
+                    topic=topic, partition=partition, ops=[highest[2], op], offsets=[highest[0], offset],
+                    values=[highest[1], epoch]))
+                break
+            if epoch > highest[1]:
+                highest = (offset, epoch, op)
+    return rows
 
 
 def _observed_epochs(observations: list[tuple[int, dict]]) -> list[dict]:
@@ -232,7 +263,7 @@ def _crashes(malformed: list[tuple[int, dict]]) -> list[dict]:
 
 
 def _unchecked(by_partition: dict, failed_reads: list[dict], observations: list, reads: dict,
-               malformed: list) -> dict[str, str]:
+               malformed: list, polled_epochs: list) -> dict[str, str]:
     why: dict[str, str] = {}
     compared = any(len({r.node for r in rs}) > 1 for rs in by_partition.values())
     if not compared:
@@ -243,7 +274,7 @@ def _unchecked(by_partition: dict, failed_reads: list[dict], observations: list,
         else:
             why["REP-1"] = "the history holds no replica reads (no replica audit in this run)"
     epochs_seen = any(epoch >= 0 for _, extra in observations for *_, epoch in extra.get("leaders", []))
-    if not epochs_seen and not any(r.epochs for r in reads.values()):
+    if not epochs_seen and not polled_epochs and not any(r.epochs for r in reads.values()):
         why["REP-2"] = ("the broker's Metadata names no leader epochs (v7+)" if observations
                         else "the history holds no leader-epoch observations")
     if not malformed:

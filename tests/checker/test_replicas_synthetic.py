@@ -94,6 +94,15 @@ def test_an_epoch_seen_going_back_or_with_two_leaders_violates_rep_2(tmp_path):
     assert [r["ops"] for r in found["epoch-two-leaders"]] == [[first, other]]
 
 
+def test_clients_reading_a_lower_leader_epoch_at_a_higher_offset_violate_rep_2(tmp_path):
+    h = History()
+    h.epochs(0, leader=1, epoch=1)
+    first = h.add(3, "poll", mops=[Poll((Record(T, P, 0, 10, 0),))], extra={"leader_epochs": [[T, P, 0, 2]]})
+    later = h.add(4, "poll", mops=[Poll((Record(T, P, 0, 11, 5),))], extra={"leader_epochs": [[T, P, 5, 1]]})
+    (row,) = anomalies(h.check(tmp_path)[0])["epoch-regression"]
+    assert row["ops"] == [first, later] and row["offsets"] == [0, 5] and row["values"] == [2, 1]
+
+
 def test_with_malformed_traffic_a_record_no_client_sent_or_a_stopped_node_violates_pro_1(tmp_path):
     h = History()
     h.send(10)
