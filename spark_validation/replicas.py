@@ -267,7 +267,9 @@ def _unchecked(by_partition: dict, failed_reads: list[dict], observations: list,
     why: dict[str, str] = {}
     compared = any(len({r.node for r in rs}) > 1 for rs in by_partition.values())
     if not compared:
-        if failed_reads:
+        if by_partition and not failed_reads:
+            why["REP-1"] = "every partition has one replica (replication factor 1): no two replicas to compare"
+        elif failed_reads:
             errors = sorted({e.get("error", "?").split(" from node")[0] for e in failed_reads})
             why["REP-1"] = (f"the broker lacks follower reads (Fetch v11+ from a follower, KIP-392): "
                             f"{', '.join(errors)[:200]}")

@@ -116,6 +116,7 @@ def test_with_malformed_traffic_a_record_no_client_sent_or_a_stopped_node_violat
 @pytest.mark.parametrize("history, reasons", [
     ("no audit", {"REP-1": "no replica reads", "REP-2": "no leader-epoch observations", "PRO-1": "no malformed"}),
     ("followers refuse", {"REP-1": "lacks follower reads", "PRO-1": "no malformed"}),
+    ("one replica", {"REP-1": "replication factor 1", "PRO-1": "no malformed"}),
 ])
 def test_a_guarantee_nothing_checks_is_unchecked_with_the_reason(tmp_path, history, reasons):
     h = History()
@@ -123,6 +124,8 @@ def test_a_guarantee_nothing_checks_is_unchecked_with_the_reason(tmp_path, histo
     if history == "followers refuse":
         h.replica(1, [10])
         h.replica(2, [], error="NOT_LEADER_OR_FOLLOWER from node 2 at offset 0")
+    if history == "one replica":
+        h.replica(1, [10])
     rows, unchecked = h.check(tmp_path)
     assert rows == [] and set(unchecked) == set(reasons)
     assert all(reasons[g] in unchecked[g] for g in reasons), unchecked
