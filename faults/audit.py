@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,7 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
     """Read every replica of every partition of topics (None: every topic but the internal ones)
     and record each read; data_dirs (node id -> its data dir) adds the segment-file reads.
     Returns a summary for the run's results."""
+    started_s = time.monotonic()
     addresses = [parse_address(a) for a in bootstrap.split(",")]
     found = None
     errors = []
@@ -262,7 +264,8 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
                 process += 1
                 reads += 1
                 unread += log.error is not None
-    return {"methods": methods, "partitions": len(found.partitions), "reads": reads, "unread": unread}
+    return {"methods": methods, "partitions": len(found.partitions), "reads": reads, "unread": unread,
+            "seconds": round(time.monotonic() - started_s, 3)}
 
 
 def reference_data_dirs(target) -> dict[int, Path] | None:
