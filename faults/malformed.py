@@ -11,9 +11,10 @@ a Produce whose batch fails its CRC, and a Produce cut short (its frame size mad
 Their keys and values are 8-byte longs below zero, which the workload never sends, so a
 stored one is seen by the checker (a replica holds a value no send carried: PRO-1).
 
-`send_bursts` sends one burst per reachable node (FRAMES_PER_BURST frames, then an
-ApiVersions probe, then the sending side is shut so a frame whose size lies ends at EOF)
-and reports what each node did: frames answered and whether the probe came back.
+`send_bursts` sends BURSTS_PER_NODE bursts to each reachable node, each on a connection of
+its own (FRAMES_PER_BURST frames, then an ApiVersions probe, then the sending side is shut so
+a frame whose size lies ends at EOF), and reports what each node did: frames answered and
+how many probes came back.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from reference.protocol.records import ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BAT
 FUZZ_TOPICS = ("fuzz-plain", "fuzz-compacted")
 PROBE_CORRELATION_ID = 0x7FFF0000
 FRAMES_PER_BURST = 64
+BURSTS_PER_NODE = 4
 SOCKET_TIMEOUT_S = 2.0
 WORKLOAD_FRAMES_P = 0.25  # the share of a burst's frames aimed at the run's own topics
 
@@ -125,13 +127,14 @@ def probe_frame() -> bytes:
 
 
 
-def corrupt_produce(rng: random.Random, topic: str, partition: int) -> bytes:
-    """A Produce of 8-byte negative keys and values to a run topic, malformed: a CRC that fails,
-    or the frame cut short (its size made to fit what is left)."""
+def corrupt_produce(rng: random.Random, topic: str, partition: int, *, cut_short: bool) -> bytes:
+    """A Produce of 8-byte negative keys and values to a run topic, malformed: a batch whose CRC
+    fails (answered CORRUPT_MESSAGE), or the frame cut short, its size made to fit what is left
+    (the broker cannot parse it and closes the connection)."""
     records = [Record(timestamp=int(time.time() * 1000), key=struct.pack(">q", -1 - rng.randrange(1 << 30)),
                       value=struct.pack(">q", -1 - rng.randrange(1 << 30))) for _ in range(rng.randint(1, 5))]
     batch = bytearray(build_batch(records))
-    if rng.random() < 0.5:
+    if not cut_short:
         batch[rng.randrange(RECORD_BATCH_OVERHEAD, len(batch))] ^= 1 + rng.randrange(255)  # the CRC now fails
         return encode_request(ApiKey.PRODUCE, 9, 7, "fuzz", _produce(topic, partition, bytes(batch)))
     frame = bytearray(encode_request(ApiKey.PRODUCE, 9, 7, "fuzz", _produce(topic, partition, bytes(batch))))
@@ -146,15 +149,16 @@ def _produce(topic: str, partition: int, records: bytes) -> dict:
 
 
 def burst(rng: random.Random, run_partitions: list[tuple[str, int]]) -> list[bytes]:
-    """One burst: fuzzed frames and malformed Produces to the run's partitions; only the last may close."""
+    """One burst: fuzzed frames and malformed Produces to the run's partitions. Only the last
+    frame may be of a kind that closes the connection, so the others are all handled."""
     base = templates(rng)
     frames = []
     for index in range(FRAMES_PER_BURST):
         last = index == FRAMES_PER_BURST - 1
         if run_partitions and (last or rng.random() < WORKLOAD_FRAMES_P):
-            frames.append(corrupt_produce(rng, *rng.choice(run_partitions)))
+            frames.append(corrupt_produce(rng, *rng.choice(run_partitions), cut_short=last and rng.random() < 0.5))
         else:
-            frames.append(fuzzed_frame(rng, base, may_close=False))
+            frames.append(fuzzed_frame(rng, base, may_close=last))
     return frames
 
 
@@ -172,5 +176,13 @@ def send_burst(address: tuple[str, int], frames: list[bytes]) -> dict:
 
 
 def send_bursts(nodes: dict[int, tuple[str, int]], rng: random.Random, run_partitions: list[tuple[str, int]]) -> dict:
-    """One burst to each node (index -> address); per node what it did."""
-    return {str(index): send_burst(address, burst(rng, run_partitions)) for index, address in sorted(nodes.items())}
+    """BURSTS_PER_NODE bursts, each on its own connection, to each node (index -> address); per
+    node the frames sent and answered, the bursts whose probe came back, and any connection error."""
+    found = {}
+    for index, address in sorted(nodes.items()):
+        outcomes = [send_burst(address, burst(rng, run_partitions)) for _ in range(BURSTS_PER_NODE)]
+        found[str(index)] = {"frames": sum(o["frames"] for o in outcomes),
+                             "answered": sum(o.get("answered", 0) for o in outcomes),
+                             "probes_answered": sum(bool(o.get("probe_answered")) for o in outcomes),
+                             "errors": [o["error"] for o in outcomes if "error" in o]}
+    return found
