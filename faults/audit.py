@@ -10,8 +10,11 @@ Two ways to read a replica, and every read says which it used (extra "method"):
   would need a preferred-leader election per replica (ElectLeaders elects only the first of
   the assignment, and reordering needs a reassignment) or stopping the others (with three
   nodes that are also the controller quorum, two stopped nodes stop every election), so the
-  audit reads followers where they are. A broker that refuses (NOT_LEADER_OR_FOLLOWER from a
-  follower) leaves that replica unread, and the read says why.
+  audit reads followers where they are.
+- "preferred-election" (a broker that refuses follower reads, NOT_LEADER_OR_FOLLOWER): where
+  the refused replica is the partition's preferred one (first of its assignment), an
+  ElectLeaders PREFERRED for the partition, a wait until Metadata names it leader, and a
+  fetch from it. Other refused replicas stay unread; their reads fail and say why.
 - "segment-files" (the reference target, white-box): each node's segment files of the
   partition (reference/storage's batch reader), below the high watermark the node last wrote
   to its replication-offset-checkpoint (a lower bound of its high watermark: safe to compare
@@ -51,7 +54,9 @@ READS_PER_REPLICA_MAX = 10_000  # fetches per replica: a bound, far above any fa
 CLIENT_ID = "kspec-replica-audit"
 FOREIGN_RECORDS_MAX = 10_000   # records kept as bytes per read (see ReplicaLog.foreign)
 FOREIGN_BYTES_SHOWN = 32
-FOLLOWER_FETCH, SEGMENT_FILES = "follower-fetch", "segment-files"
+FOLLOWER_FETCH, SEGMENT_FILES, PREFERRED_ELECTION = "follower-fetch", "segment-files", "preferred-election"
+ELECT_LEADERS_VERSION = 1      # v1+: election_type (0 = preferred, KIP-460)
+ELECTION_WAIT_S = 15.0         # how long a preferred replica has to become the leader once elected
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 
 
@@ -167,13 +172,14 @@ def _long(data: bytes | None) -> int | None:
     return struct.unpack(">q", data)[0] if data is not None and len(data) == 8 else None
 
 
-def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int) -> ReplicaLog:
+def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int, version: int = FETCH_VERSION,
+                  method: str = FOLLOWER_FETCH) -> ReplicaLog:
     """Read one replica, leader or follower, from its log start to its high watermark (KIP-392)."""
-    log = ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH)
+    log = ReplicaLog(info.topic, info.partition, node, method)
     offset = 0
     try:
         for _ in range(READS_PER_REPLICA_MAX):
-            response = request(address, ApiKey.FETCH, FETCH_VERSION, {
+            response = request(address, ApiKey.FETCH, version, {
                 "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": FETCH_BYTES_MAX,
                 "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
                 "topics": [{"topic": info.topic, "partitions": [{
@@ -199,6 +205,32 @@ def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int) -> R
     except WIRE_ERRORS as e:
         log.error = f"node {node} at {address[0]}:{address[1]}: {type(e).__name__}: {e}"
     return log
+
+
+def read_after_preferred_election(addresses: list[tuple[str, int]], brokers: dict[int, tuple[str, int]],
+                                  info: PartitionInfo, version: int) -> ReplicaLog:
+    """Make the partition's preferred replica its leader (ElectLeaders PREFERRED) and read it."""
+    preferred = info.replicas[0]
+    log = ReplicaLog(info.topic, info.partition, preferred, PREFERRED_ELECTION)
+    try:
+        response = request(addresses[0], ApiKey.ELECT_LEADERS, ELECT_LEADERS_VERSION, {
+            "election_type": 0, "timeout_ms": int(ELECTION_WAIT_S * 1000),
+            "topic_partitions": [{"topic": info.topic, "partitions": [info.partition]}]})
+        errors = [r.error_code for t in response.replica_election_results for r in t.partition_result]
+        if any(e not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED) for e in errors):
+            log.error = f"ElectLeaders PREFERRED: {', '.join(ErrorCode(e).name for e in errors)}"
+            return log
+        deadline = time.monotonic() + ELECTION_WAIT_S
+        while not any(p.partition == info.partition and p.leader == preferred
+                      for p in metadata(addresses[0], [info.topic]).partitions):
+            if time.monotonic() > deadline:
+                log.error = f"node {preferred} not the leader {ELECTION_WAIT_S:.0f} s after a preferred election"
+                return log
+            time.sleep(0.1)
+    except WIRE_ERRORS as e:
+        log.error = f"ElectLeaders PREFERRED: {type(e).__name__}: {e}"
+        return log
+    return fetch_replica(brokers[preferred], info, preferred, version, PREFERRED_ELECTION)
 
 
 def read_segment_files(data_dir: Path, info: PartitionInfo, node: int) -> ReplicaLog:
@@ -232,10 +264,11 @@ def checkpointed_high_watermarks(data_dir: Path) -> dict[tuple[str, int], int]:
 
 
 def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
-          data_dirs: dict[int, Path] | None = None) -> dict:
+          data_dirs: dict[int, Path] | None = None, fetch_version: int = FETCH_VERSION) -> dict:
     """Read every replica of every partition of topics (None: every topic but the internal ones)
     and record each read; data_dirs (node id -> its data dir) adds the segment-file reads.
-    Returns a summary for the run's results."""
+    fetch_version below 11 asks as a client without follower reads would (the tests use it to
+    take the preferred-election path). Returns a summary for the run's results."""
     started_s = time.monotonic()
     addresses = [parse_address(a) for a in bootstrap.split(",")]
     found = None
@@ -248,15 +281,19 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
             errors.append(f"{address[0]}:{address[1]}: {e}")
     if found is None:
         return {"methods": [], "error": f"no node answered Metadata: {'; '.join(errors)}"}
-    methods = [FOLLOWER_FETCH] + ([SEGMENT_FILES] if data_dirs else [])
+    methods = {FOLLOWER_FETCH} | ({SEGMENT_FILES} if data_dirs else set())
     process = REPLICA_READ_PROCESS_BASE
     reads = unread = 0
     for info in found.partitions:
         if topics is None and info.topic.startswith("__"):
             continue
-        for node in info.replicas:
-            logs = [fetch_replica(found.brokers[node], info, node)] if node in found.brokers else \
+        for node in sorted(info.replicas, key=lambda n: n != info.leader):  # the leader first: a
+            # preferred election below moves the leadership away from it
+            logs = [fetch_replica(found.brokers[node], info, node, fetch_version)] if node in found.brokers else \
                 [ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH, error=f"node {node} not in Metadata")]
+            if node == info.replicas[0] and logs[0].error and ErrorCode.NOT_LEADER_OR_FOLLOWER.name in logs[0].error:
+                logs.append(read_after_preferred_election(addresses, found.brokers, info, fetch_version))
+                methods.add(PREFERRED_ELECTION)
             if data_dirs and node in data_dirs:
                 logs.append(read_segment_files(data_dirs[node], info, node))
             for log in logs:
@@ -264,7 +301,7 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
                 process += 1
                 reads += 1
                 unread += log.error is not None
-    return {"methods": methods, "partitions": len(found.partitions), "reads": reads, "unread": unread,
+    return {"methods": sorted(methods), "partitions": len(found.partitions), "reads": reads, "unread": unread,
             "seconds": round(time.monotonic() - started_s, 3)}
 
 

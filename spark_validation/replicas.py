@@ -132,7 +132,7 @@ def _divergence(topic: str, partition: int, reads: list[_Read]) -> list[dict]:
     rows = []
     for i, a in enumerate(reads):
         for b in reads[i + 1:]:
-            if a.node == b.node or a.method != b.method:  # replicas compared as one method read them
+            if a.node == b.node or _family(a.method) != _family(b.method):  # replicas read the same way
                 continue
             low, high = max(a.log_start_offset, b.log_start_offset), min(a.high_watermark, b.high_watermark)
             differ = [o for o in sorted(set(a.records) | set(b.records))
@@ -151,6 +151,12 @@ def _divergence(topic: str, partition: int, reads: list[_Read]) -> list[dict]:
                 values=[_int((a.records.get(first) or (None, None))[1]), _int((b.records.get(first) or (None, None))[1])],
                 offsets=[first], delta=len(differ)))
     return rows
+
+
+def _family(method: str) -> str:
+    """Reads over the wire (a follower fetch, or a fetch after a preferred election) compare with
+    each other; segment files with segment files (their high watermarks are checkpointed ones)."""
+    return "segment-files" if method == "segment-files" else "fetch"
 
 
 def _mismatch(topic: str, partition: int, reads: list[_Read], client: dict[int, tuple[int, int]]) -> list[dict]:

@@ -4,6 +4,9 @@ the follower truncates to its high watermark (kspec.bug.truncation=hw), and the 
 as REP-1 with both replicas' records; with leader-epoch truncation the replicas converge and
 the audit finds nothing.
 
+Where a broker refuses follower reads (a Fetch below v11 here), the audit reads the partition's
+preferred replica after an ElectLeaders PREFERRED.
+
 The scenario (tests/replication/test_replication_scenarios.py replays it against the replica
 core): replicas X (leader) and Y of a partition hold m1 and m2, both with high watermark 2.
 X dies; Y leads. Y dies too, and loses m2, which was in its page cache only (its segment file
@@ -139,3 +142,35 @@ def test_truncating_to_the_high_watermark_leaves_replicas_diverged_and_the_audit
 def test_leader_epoch_truncation_converges_and_the_audit_finds_nothing(tmp_path):
     rows, _, _ = kip101_scenario_2(tmp_path, None)
     assert rows == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.guarantee("REP-1")
+def test_where_followers_refuse_reads_the_preferred_replica_is_read_after_a_preferred_election(tmp_path):
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from spec.history import ops_from_table, read_history
+    with ClusterProcess(str(tmp_path / "cluster"), 3, overrides=QUICK) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+        wait_for(f"{TOPIC} created", lambda: admin.create_topics([NewTopic(TOPIC, 1, 3)])[TOPIC].exception() is None)
+        preferred = wait_for("the preferred replica leads", lambda: (p := partition(cluster)) and
+                             p.leader == p.replicas[0] and len(p.isr) == 3 and p.leader)
+        assert [produce(cluster, value) for value in (1, 2, 3)] == [0, 1, 2]
+        cluster.kill(preferred)
+        wait_for("another replica leads", lambda: leader(cluster) not in (None, preferred))
+        cluster.start_node(preferred)
+        wait_for(f"node {preferred} back in the ISR as a follower",
+                 lambda: (p := partition(cluster)) and preferred in p.isr and p.leader != preferred)
+        recorder = Recorder(tmp_path / "audit")
+        summary = audit.audit(cluster.bootstrap, [TOPIC], recorder, fetch_version=10)
+        history = recorder.close()
+        assert leader(cluster) == preferred
+    assert summary["methods"] == ["follower-fetch", "preferred-election"], summary
+    reads = [op for op in ops_from_table(read_history(history)) if op.type != "invoke"]
+    elected = [op for op in reads if op.extra["method"] == "preferred-election"]
+    assert len(elected) == 1 and elected[0].type == "ok" and elected[0].extra["node"] == preferred
+    assert [r.value for r in elected[0].mops[0].records] == [1, 2, 3]
+    refused = [op for op in reads if op.type == "fail"]
+    assert {op.extra["node"] for op in refused} >= {preferred} and all(
+        "NOT_LEADER_OR_FOLLOWER" in op.extra["error"] for op in refused), refused
+    rows, unchecked = replicas.check(history)
+    assert rows == [] and "REP-1" not in unchecked, (rows, unchecked)
