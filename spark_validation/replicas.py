@@ -34,19 +34,18 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from spark_validation.anomalies import anomaly_row
 from spark_validation.frames import history_files
 
 REPLICA_READ, LEADER_EPOCHS, START_MALFORMED = "replica-read", "leader-epochs", "start-malformed"
-GUARANTEES = ("REP-1", "REP-2", "PRO-1")  # held only when the history holds what checks them
 COLUMNS = ["index", "process", "type", "f", "mop_f", "topic", "partition", "key", "value", "offset", "extra"]
 DIVERGENT_OFFSETS_SHOWN = 8
 
 
 def _read(parquet_path: Path, fs: list[str]) -> pa.Table:
     """The completions of ops with f in fs."""
-    import pyarrow.parquet as pq
     tables = []
     for file in history_files(parquet_path):
         t = pq.read_table(file, columns=COLUMNS)
@@ -73,7 +72,8 @@ class _Read:
 
 
 def check(parquet_path: Path) -> tuple[list[dict], dict[str, str]]:
-    """(anomaly rows, guarantee id -> why it was not checked) for the guarantees in GUARANTEES."""
+    """(anomaly rows, guarantee id -> why it was not checked) for REP-1, REP-2 and PRO-1, which are
+    held only when the history holds what checks them."""
     rows = _read(parquet_path, [REPLICA_READ, LEADER_EPOCHS, START_MALFORMED]).to_pylist()
     if any(r["f"] in (REPLICA_READ, LEADER_EPOCHS) for r in rows):  # a run that audits: its client ops too
         rows += _read(parquet_path, ["send", "poll", "txn"]).to_pylist()
