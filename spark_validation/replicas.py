@@ -33,7 +33,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_validation.anomalies import anomaly_row
@@ -47,9 +46,8 @@ DIVERGENT_OFFSETS_SHOWN = 8
 def _read(parquet_path: Path, fs: list[str]) -> pa.Table:
     """The completions of ops with f in fs."""
     tables = []
-    for file in history_files(parquet_path):
-        t = pq.read_table(file, columns=COLUMNS)
-        tables.append(t.filter(pc.and_(pc.is_in(t["f"], pa.array(fs)), pc.not_equal(t["type"], "invoke"))))
+    for file in history_files(parquet_path):  # filtered while read: a large history is never held whole
+        tables.append(pq.read_table(file, columns=COLUMNS, filters=[("f", "in", fs), ("type", "!=", "invoke")]))
     return pa.concat_tables(tables).sort_by("index")
 
 
