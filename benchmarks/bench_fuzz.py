@@ -33,110 +33,19 @@ import sys
 import tempfile
 import time
 
-import crc32c
-
+from faults.malformed import FUZZ_TOPICS, fuzzed_frame, probe_frame, produce_body, read_frames, templates, valid_batch
 from reference.process import BrokerProcess
 from reference.protocol.api_keys import ApiKey
-from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode
 from reference.protocol.messages import decode_response, encode_request
-from reference.protocol.records import (
-    ATTRIBUTES_OFFSET, CRC_OFFSET, RECORD_BATCH_OVERHEAD, Record, RecordBatch, build_batch, iter_batches,
-)
+from reference.protocol.records import RecordBatch, iter_batches
 from reference.protocol.validator import ValidationRules, validate_records
 
 FRAMES_PER_BURST = 64
 HANG_S = 10.0
 SOCKET_TIMEOUT_S = 2.0
-TOPICS = ("fuzz-plain", "fuzz-compacted")
-PROBE_CORRELATION_ID = 0x7FFF0000
+TOPICS = FUZZ_TOPICS
 LENIENT = ValidationRules(1 << 30, False, True, (1 << 63) - 1, (1 << 63) - 1)  # structure and offsets only
-
-
-def produce_body(topic: str, records: bytes, acks: int = 1) -> dict:
-    return {"acks": acks, "timeout_ms": 5000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]}
-
-
-def valid_batch(rng: random.Random) -> bytes:
-    records = [Record(timestamp=int(time.time() * 1000), key=rng.randbytes(rng.randint(1, 8)),
-                      value=rng.randbytes(rng.randint(0, 200)), headers=(("h", b"v"),) if rng.random() < 0.3 else ())
-               for _ in range(rng.randint(1, 20))]
-    return build_batch(records, compression=rng.choice(list(CompressionType)))
-
-
-def mutate_batch(rng: random.Random, raw: bytes) -> bytes:
-    """Flip bytes after the header (records or compressed stream) or lie in the count, then fix the CRC."""
-    data = bytearray(raw)
-    if rng.random() < 0.3:
-        struct.pack_into(">i", data, RECORD_BATCH_OVERHEAD - 4, rng.randint(-2, 40))
-    if len(data) > RECORD_BATCH_OVERHEAD:
-        for _ in range(rng.randint(1, 4)):
-            data[rng.randrange(RECORD_BATCH_OVERHEAD, len(data))] = rng.randrange(256)
-    struct.pack_into(">I", data, CRC_OFFSET, crc32c.crc32c(bytes(data[ATTRIBUTES_OFFSET:])))
-    return bytes(data)
-
-
-def templates(rng: random.Random) -> list[bytes]:
-    return [
-        encode_request(ApiKey.API_VERSIONS, 3, 1, "fuzz", {"client_software_name": "f", "client_software_version": "1"}),
-        encode_request(ApiKey.METADATA, 12, 2, "fuzz", {"topics": None, "allow_auto_topic_creation": False}),
-        encode_request(ApiKey.FETCH, 12, 3, "fuzz", {
-            "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 16, "isolation_level": 0, "session_id": 0,
-            "session_epoch": -1, "topics": [{"topic": TOPICS[0], "partitions": [
-                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 16}]}]}),
-        encode_request(ApiKey.LIST_OFFSETS, 7, 4, "fuzz", {"replica_id": -1, "isolation_level": 0, "topics": [
-            {"name": TOPICS[0], "partitions": [{"partition_index": 0, "timestamp": -1}]}]}),
-        encode_request(ApiKey.CREATE_TOPICS, 7, 5, "fuzz", {"topics": [
-            {"name": "fuzz-new-%d" % rng.randrange(1000), "num_partitions": 1, "replication_factor": 1}],
-            "timeout_ms": 1000}),
-    ]
-
-
-def fuzzed_frame(rng: random.Random, base: list[bytes], *, may_close: bool) -> bytes:
-    """One frame; unless `may_close`, only kinds the broker answers without closing the connection."""
-    choice = rng.random() * (1.0 if may_close else 0.55)
-    if choice < 0.35:  # a produce whose batch has valid framing and CRC but mutated contents
-        return encode_request(ApiKey.PRODUCE, 9, 6, "fuzz",
-                              produce_body(rng.choice(TOPICS), mutate_batch(rng, valid_batch(rng))))
-    if choice < 0.55:  # a valid request, unchanged (keeps the connection going)
-        return rng.choice(base)
-    if choice < 0.65:  # noise
-        body = rng.randbytes(rng.randint(0, 300))
-        return struct.pack(">i", len(body)) + body
-    frame = bytearray(rng.choice(base))  # a valid request with bytes flipped, truncated or a lying size
-    for _ in range(rng.randint(1, 4)):
-        frame[rng.randrange(4, len(frame))] = rng.randrange(256)
-    if rng.random() < 0.3:
-        frame = frame[: rng.randint(4, len(frame))]
-        struct.pack_into(">i", frame, 0, len(frame) - 4)
-    if rng.random() < 0.05:
-        struct.pack_into(">i", frame, 0, rng.randint(-5, 1 << 20))
-    return bytes(frame)
-
-
-def read_frames(sock: socket.socket) -> tuple[list[bytes], bool]:
-    """Frames until the probe's answer (True) or a close or timeout (False)."""
-    buffer = b""
-    frames = []
-    while True:
-        try:
-            chunk = sock.recv(1 << 16)
-        except (socket.timeout, ConnectionError):
-            return frames, False
-        if not chunk:
-            return frames, False
-        buffer += chunk
-        while len(buffer) >= 4 and len(buffer) - 4 >= (size := struct.unpack_from(">i", buffer)[0]):
-            frame, buffer = buffer[4:4 + size], buffer[4 + size:]
-            frames.append(frame)
-            if struct.unpack_from(">i", frame)[0] == PROBE_CORRELATION_ID:
-                return frames, True
-
-
-def probe_frame() -> bytes:
-    return encode_request(ApiKey.API_VERSIONS, 3, PROBE_CORRELATION_ID, "fuzz-probe",
-                          {"client_software_name": "p", "client_software_version": "1"})
 
 
 def alive(bootstrap: str) -> bool:

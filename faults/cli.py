@@ -24,7 +24,7 @@ def faults() -> None:
                    "image of these sources, built on first use.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="Nodes of the reference target.")
 @click.option("--nemesis", default="partition,kill,pause", show_default=True,
-              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock; "
+              help="Comma-separated fault packages: partition, kill, pause, link, power, disk, io, clock, malformed; "
                    "'none' for none. PACKAGE:VARIANT holds kill, pause or power to one variant, "
                    "e.g. power:all (one, leader, minority, all).")
 @click.option("--time-limit", "time_limit_s", type=float, default=60.0, show_default=True,

@@ -18,6 +18,7 @@ Packages and their variants, each start choosing one variant at random:
 | disk | fill a random node's data disk (a small tmpfs, faults/disk.py) to the last byte | free it; restart the node if it stopped |
 | io | reads, writes or fsyncs of a random node's segments, indexes, checkpoints or all files fail with EIO (faults/lazyfs.py) | heal; restart the node if it stopped |
 | clock | move a random node's wall clock by seconds to hours, forwards or backwards (libfaketime, faults/clock.py) | set it right (another jump) |
+| malformed | a burst of malformed and truncated frames to every node that runs and is not paused (faults/malformed.py); what each node answered, and whether it still runs | nothing to heal |
 
 A grudge maps a node to the set of nodes whose packets it drops (faults/net.py).
 """
@@ -30,12 +31,13 @@ from pathlib import Path
 
 from faults.clock import NodeClock
 from faults.disk import NodeDisk
+from faults.malformed import send_bursts
 from faults.net import HOST
 from faults.recorder import Recorder
 from faults.targets import Target, proxy_name
 from spec.history import NEMESIS_PROCESS, topic_partition
 
-PACKAGES = ("partition", "kill", "pause", "link", "power", "disk", "io", "clock")
+PACKAGES = ("partition", "kill", "pause", "link", "power", "disk", "io", "clock", "malformed")
 STORAGE_PACKAGES = ("power", "disk", "io")  # need the node's data dir on faults/disk.py's stack
 PARTITION_VARIANTS = ("one", "leader", "halves", "majorities-ring", "bridge")
 KILL_VARIANTS = ("random", "leader", "controller")
@@ -175,6 +177,7 @@ class Nemesis:
         self.disk_node: int | None = None  # the node whose disk is full
         self.io_node: int | None = None    # the node whose chosen files fail
         self.active: dict[str, dict] = {}  # package -> what its start did (for the progress line)
+        self.run_partitions: list[tuple[str, int]] = []  # where malformed Produces go (the run sets them)
 
     def apply(self, action: str, package: str) -> dict:
         assert action in ("start", "stop") and package in PACKAGES
@@ -345,3 +348,17 @@ class Nemesis:
         for node in reset:
             self.clocks[node].set_offset(0)
         return {"reset": reset}
+
+    def _start_malformed(self) -> dict:
+        up = [n for n in self.nodes if n not in self.killed | self.paused | self.cut and self.target.nodes[n].running]
+        addresses = {}
+        for n in up:
+            host, port = self.target.nodes[n].bootstrap.rsplit(":", 1)
+            addresses[n] = (host, int(port))
+        sent = send_bursts(addresses, self.rng, self.run_partitions)
+        for n in up:  # a node the frames killed no longer runs: PRO-1's evidence
+            sent[str(n)]["running"] = self.target.nodes[n].running
+        return {"nodes": sent}
+
+    def _stop_malformed(self) -> dict:
+        return {"healed": True}

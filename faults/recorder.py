@@ -24,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from spec.history import HISTORY_SCHEMA, Op, op_rows, read_history, write_history
+from spec.history import HISTORY_SCHEMA, NEMESIS_PROCESS, Op, op_rows, read_history, write_history
 
 HISTORY_FILE = "history.parquet"
 PARTS_DIR = "history.parts"
@@ -71,7 +71,7 @@ class Recorder:
             op = make_op(self.next_index, self.now_ns())
             self.next_index += 1
             self.rows.extend(op_rows(op))
-            if op.type != "invoke":
+            if op.type != "invoke" and op.process >= NEMESIS_PROCESS:  # observers (below it) are not workload ops
                 self.completions[op.type] += 1
             due = len(self.rows) >= PART_ROWS_MAX or time.monotonic() - self.last_flush_s >= self.flush_interval_s
             part = self._take_part() if due else None

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from faults import clock, disk, docker_target, net
+from faults import audit, clock, disk, docker_target, net
+from faults.epochs import EpochObserver
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
 from faults.targets import MODES, Target, TargetError, reference_target, toml_target
 from faults.workload import CLIENT_LOGGER, Workload, WorkloadOptions
+from spec.history import topic_partition
 
 HISTORY_SCHEMA_VERSION = 1
 TICK_S = 0.2
@@ -89,6 +91,7 @@ class RunResult:
     final_reads_complete: bool
     acked_missing: int | None  # acknowledged values the final reads did not return (None: reads incomplete)
     workload_failures: list[str]
+    replica_audit: dict = field(default_factory=dict)  # faults/audit.py: methods used, replicas read
 
 
 class RunError(RuntimeError):
@@ -154,6 +157,9 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         workload.create_topics()
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)
+        nemesis.run_partitions = sorted({topic_partition(k) for k in range(options.workload.key_count)})
+        observer = EpochObserver(target.bootstrap, options.workload.topics, recorder).start()  # REP-2
+        cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
         rate = _Rate()
         started_s = time.monotonic()
@@ -194,9 +200,13 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
                         dict(recorder.completions), {}))
         complete = workload.final_reads(options.final_read_timeout_s)
+        replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder,
+                                    audit.reference_data_dirs(target) if options.target == "reference" else None)
+        observer.stop()
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
-                           acked_missing_from_final_reads(history_path) if complete else None, workload.failures)
+                           acked_missing_from_final_reads(history_path) if complete else None, workload.failures,
+                           replica_audit)
         _write_results(out_dir, options, result, history_path)
     return result
 
@@ -208,8 +218,8 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     before a power cut and gone after it shows there as an offset holding two values."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    history = pq.read_table(history_path, columns=["process", "type", "mop_f", "topic", "partition", "value"])
-    final_reader = pc.max(history["process"]).as_py()
+    history = pq.read_table(history_path, columns=["process", "type", "f", "mop_f", "topic", "partition", "value"])
+    final_reader = pc.max(history.filter(pc.equal(history["f"], "poll"))["process"]).as_py()  # not a replica read
     polled = history.filter(pc.and_(pc.equal(history["process"], final_reader), pc.equal(history["mop_f"], "poll")))
     acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
     read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
@@ -331,6 +341,7 @@ def _write_results(out_dir: Path, options: RunOptions, result: RunResult, histor
         "final_reads_complete": result.final_reads_complete,
         "acked_missing_from_final_reads": result.acked_missing,
         "workload_failures": result.workload_failures,
+        "replica_audit": result.replica_audit,
     }
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
 

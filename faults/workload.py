@@ -234,6 +234,7 @@ class Client:
             "transactional.id": f"kspec-faults-{process}", "transaction.timeout.ms": txn_timeout_ms,
             "message.timeout.ms": txn_timeout_ms})) if options.txn else None
         self.transactions_initialised = False
+        self.leader_epochs: list[list] = []  # of the last poll: see _leader_epochs
         # Per assigned partition, where the next read starts: the offset assign() or a rewind set, or
         # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
         # a partition has returned a record, so it cannot tell a kept partition's place.
@@ -347,6 +348,7 @@ class Client:
         messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
         records = [Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()), m.offset())
                    for m in messages if not m.error()]
+        self.leader_epochs = _leader_epochs(messages)
         for r in records:
             self.positions[(r.topic, r.partition)] = r.offset + 1
         records.sort(key=lambda r: key_of(r.topic, r.partition))
@@ -359,7 +361,9 @@ class Client:
         except Exception as e:  # an indeterminate poll: the history says so
             recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
             return "info"
-        recorder.complete(invocation, "ok", mops=(polled,), extra={"error": errors[0]} if errors else None)
+        extra = {**({"error": errors[0]} if errors else {}),
+                 **({"leader_epochs": self.leader_epochs} if self.leader_epochs else {})}
+        recorder.complete(invocation, "ok", mops=(polled,), extra=extra or None)
         return "ok"
 
     def assign(self, recorder: Recorder, keys: list[int], from_beginning: bool = False) -> str:
@@ -374,6 +378,18 @@ class Client:
         self.consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in self.positions.items()])
         recorder.complete(invocation, "ok")
         return "ok"
+
+
+def _leader_epochs(messages) -> list[list]:
+    """[topic, partition, offset, leader epoch] where a partition's batch leader epoch starts or
+    changes among a poll's messages (the epoch of the leader that appended them; REP-2)."""
+    found, last = [], {}
+    for m in messages:
+        epoch = None if m.error() else m.leader_epoch()
+        if epoch is not None and last.get((m.topic(), m.partition())) != epoch:
+            last[(m.topic(), m.partition())] = epoch
+            found.append([m.topic(), m.partition(), m.offset(), epoch])
+    return found
 
 
 def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None:

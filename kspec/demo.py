@@ -39,7 +39,7 @@ from reports.run import CHECK_DIR, CONFORMANCE_DIR, LATEST_DIR, RESULTS_FILE, RU
 NODES = 3
 FAULT_TIME_LIMIT_S = 60
 FAULT_INTERVAL_S = 8          # mean seconds between a fault package's flips: several of each per run
-NEMESES = "partition,kill,pause"
+NEMESES = "partition,kill,pause,malformed"  # malformed: PRO-1 is checked, not left out
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 # Time limits per step, so the whole demo ends within ten minutes even when a step hangs.
 CONFORMANCE_TIMEOUT_S = 210

@@ -164,6 +164,11 @@ def _figures(run: RunFolder, done: series.Completions) -> str:
             ("final reads", "complete" if run.results["final_reads_complete"] else "INCOMPLETE"),
         ]
         rows += [("workload failure", failure) for failure in run.results["workload_failures"]]
+        if run.results.get("replica_audit"):  # faults/audit.py
+            audit = run.results["replica_audit"]
+            rows.append(("replica audit", f"{', '.join(audit.get('methods', [])) or 'none'}: {audit.get('reads', 0)} "
+                                          f"replica reads, {audit.get('unread', 0)} failed"
+                                          + (f" ({audit['error']})" if audit.get("error") else "")))
     if len(done.latency_ms):
         ok = done.type == "ok"
         if ok.any():
@@ -212,6 +217,8 @@ def _guarantee_rows(run: RunFolder) -> list[str]:
     for guarantee_id, guarantee in CATALOGUE.items():
         status = found.get(guarantee_id, {}).get("status", "unchecked")
         label = {"held": "held", "violated": "VIOLATED", "unchecked": "not checked"}[status]
+        reason = (run.verdict or {}).get("unchecked", {}).get(guarantee_id)
+        label += f" &mdash; {html.escape(reason)}" if status == "unchecked" and reason else ""
         kinds = ", ".join(f'<a href="#{a}">{a}</a> &times; {n}' for a, n in sorted(by_kind[guarantee_id].items()))
         rows.append(f'<tr><th class="{status}">{guarantee_id}</th><td>{html.escape(guarantee.statement)}</td>'
                     f"<td>{html.escape(guarantee.holds_when)}</td><td class=\"{status}\">{label}</td>"

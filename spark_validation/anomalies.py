@@ -41,6 +41,14 @@ _KINDS = (
     AnomalyKind("realtime-order", "ORD-1", "an append acked before another began got the higher offset"),
     AnomalyKind("future-read", "VIS-1", "a read returned an offset before every append up to it began"),
     AnomalyKind("nonlinearizable", "ORD-1", "a partition's appends and reads fit no real-time total order"),
+    AnomalyKind("replica-divergence", "REP-1", "two replicas hold different records at one offset below both "
+                "their high watermarks"),
+    AnomalyKind("replica-read-mismatch", "VIS-2", "a replica holds another record at an offset a client had read"),
+    AnomalyKind("epoch-regression", "REP-2", "a partition's leader epoch went back (in one node's Metadata, or "
+                "along a replica's batches)"),
+    AnomalyKind("epoch-two-leaders", "REP-2", "two leaders were named for one leader epoch of a partition"),
+    AnomalyKind("stored-unsent", "PRO-1", "a replica holds a record no client sent, in a run with malformed traffic"),
+    AnomalyKind("malformed-crash", "PRO-1", "a node stopped running after a burst of malformed frames"),
     AnomalyKind("G0", None, "a cycle of write-write dependencies"),
     AnomalyKind("G0-realtime", None, "a cycle of write-write and real-time dependencies"),
     AnomalyKind("G1c", "TXN-2", "a dependency cycle with a write-read edge (circular information flow)"),

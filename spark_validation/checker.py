@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from spark_validation import cycles, durability, isolation, offsets, ordering, realtime
+from spark_validation import cycles, durability, isolation, offsets, ordering, realtime, replicas
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -55,7 +55,7 @@ PARTITION_CHECKS = {
     "realtime-order": realtime.realtime_order,
     "future-read": realtime.future_read,
 }
-DRIVER_CHECKS = ("linearizability", "cycles")
+DRIVER_CHECKS = ("linearizability", "cycles", "replicas")
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
@@ -152,6 +152,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     worker_seconds = {check: sum(_seconds(results, check)) for check in (*jobs, BUILD)}
     del results  # the payloads: only the decoded tables are needed now
     rows: list[dict] = []
+    unchecked: dict[str, str] = {}
     seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3),
                **{name: round(worker_seconds[name], 3) for name in OUTPUTS}}
     for position, check in enumerate(plan, 1):
@@ -160,6 +161,9 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             tables = found.get(check, [])
             rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
             seconds[check] = round(worker_seconds[check], 3)
+        elif check == "replicas":  # the replica audit, leader epochs, malformed traffic (spark_validation/replicas.py)
+            rows_found, unchecked = replicas.check(parquet_path)
+            seconds[check] = round(time.monotonic() - t0, 3)
         elif check == "linearizability":
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
@@ -177,6 +181,11 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
+    # a guarantee the history holds nothing to check is not held but unchecked, and the verdict says why
+    for guarantee_id in unchecked:
+        if verdict["guarantees"].get(guarantee_id, {}).get("status") == "held":
+            del verdict["guarantees"][guarantee_id]
+    verdict["unchecked"] = dict(sorted(unchecked.items()))
     verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
     verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
     return CheckResult(table, verdict, outputs["realtime-lag"])
@@ -300,6 +309,8 @@ FAMILY_OF = {
     "nonmonotonic-send": "send-order", "send-skip": "send-order", "int-send-skip": "internal-send-order",
     "int-nonmonotonic-send": "internal-send-order", "realtime-order": "realtime-order",
     "future-read": "future-read", "nonlinearizable": "linearizability",
+    **{kind: "replicas" for kind in ("replica-divergence", "replica-read-mismatch", "epoch-regression",
+                                     "epoch-two-leaders", "stored-unsent", "malformed-crash")},
 }
 
 

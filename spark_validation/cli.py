@@ -72,6 +72,8 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
     click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s "
                f"({v['ops'] / max(v['seconds']['total'], 1e-3):,.0f} ops/s); "
                f"guarantees held: {', '.join(held) or '-'}; violated: {', '.join(violated) or '-'}")
+    for guarantee_id, reason in v.get("unchecked", {}).items():
+        click.echo(f"{guarantee_id} not checked: {reason}")
     click.echo(f"{'VALID' if result.valid else 'INVALID'}: results in {out_dir}")
     sys.exit(EXIT_VALID if result.valid else EXIT_VIOLATION)
 

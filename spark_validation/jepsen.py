@@ -26,7 +26,8 @@ from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA, NEMESIS_PROCE
 
 OP_FIELDS = ("index", "time", "process", "type", "f", "value")
 # what a client process of Jepsen's Kafka workload invokes (jepsen.tests.kafka); the nemesis may invoke anything
-CLIENT_PROCESS_FS = (*CLIENT_FS, *ASSIGNMENT_FS, "crash", "debug-topic-partitions")
+# plus, from kspec's own runs, the replica audit's reads and the leader-epoch observations (faults/audit.py, epochs.py)
+CLIENT_PROCESS_FS = (*CLIENT_FS, *ASSIGNMENT_FS, "crash", "debug-topic-partitions", "replica-read", "leader-epochs")
 _TYPES = {t: t for t in TYPES}
 
 
@@ -150,7 +151,7 @@ class HistoryRows:
         rebalance_log = record.get("rebalance-log") or ()
         rebalanced = {_key(line, k) for event in rebalance_log for k in _rebalanced_keys(line, event)}
         first_row = self.rows
-        if f in CLIENT_FS and value is not None:
+        if f in (*CLIENT_FS, "replica-read") and value is not None:  # a replica read's value is one poll
             if not isinstance(value, list):
                 raise JepsenError(line, f":value of a :{f} must be a vector of micro-operations, got {_shown(value)}")
             for mop_index, mop in enumerate(value):

@@ -11,6 +11,12 @@ A fetch with a replica id (ReplicaId before v15, ReplicaState from v15, KIP-903)
 follower: the partition's replica core answers it (handle_follower_fetch), which moves the
 follower's log end offset, the high watermark and the ISR.
 
+From v11 (KIP-392) a consumer may fetch from a follower: Kafka serves every consumer fetch of
+v11+ from the local replica, leader or follower (FetchParams.fetchOnlyLeader is false once the
+request carries client metadata), bounded by that replica's own high watermark. A follower
+serves read_uncommitted fetches here; read_committed ones are refused NOT_LEADER_OR_FOLLOWER
+(the follower keeps no transaction index to compute a last stable offset from).
+
 A partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH (v12+) names the leader this
 broker knows, with its endpoint from v16 (KIP-951, handlers/leader_epoch.py).
 
@@ -36,6 +42,7 @@ READ_COMMITTED = 1
 SESSIONLESS_EPOCHS = (0, -1)  # INITIAL_EPOCH and FINAL_EPOCH: a full fetch without a session
 NO_OFFSET = -1
 NO_PREFERRED_READ_REPLICA = -1
+FOLLOWER_FETCH_VERSION = 11  # from v11 consumers may read from followers (KIP-392)
 CURRENT_LEADER_VERSION = 12  # from v12 a partition answer can name the current leader (KIP-951; endpoints from v16)
 
 
@@ -71,6 +78,10 @@ def read_fetch(broker: BrokerNode, request, context: RequestContext) -> FetchRes
                 if replica_id >= 0:
                     answer, records_bytes = _read_for_follower(broker, topic_partition, wanted, replica_id,
                                                                bytes_left, context.now_ms)
+                elif (version >= FOLLOWER_FETCH_VERSION and request.isolation_level != READ_COMMITTED
+                      and broker.follower_replica(topic_partition) is not None):
+                    answer, records_bytes = _read_follower_for_consumer(
+                        broker, topic_partition, wanted, bytes_left, min_one_batch=bytes_read == 0)
                 else:
                     answer, records_bytes = _read_partition(
                         broker, topic_partition, wanted, bytes_left, min_one_batch=bytes_read == 0,
@@ -130,6 +141,24 @@ def _read_partition(broker: BrokerNode, topic_partition: TopicPartition, wanted,
     answer = {"error_code": ErrorCode.NONE, "high_watermark": high_watermark,
               "last_stable_offset": last_stable_offset, "log_start_offset": log.log_start_offset,
               "records": records, "aborted_transactions": aborted}
+    return answer, len(records)
+
+
+def _read_follower_for_consumer(broker: BrokerNode, topic_partition: TopicPartition, wanted, bytes_left: int,
+                                min_one_batch: bool) -> tuple[dict, int]:
+    """A consumer's read of a follower replica (KIP-392): below the follower's high watermark."""
+    replica = broker.follower_replica(topic_partition)
+    check_current_leader_epoch(replica, wanted.get("current_leader_epoch", -1))
+    log = replica.log
+    if not log.log_start_offset <= wanted.fetch_offset <= log.log_end_offset:
+        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                         f"{topic_partition} offset {wanted.fetch_offset} outside "
+                         f"[{log.log_start_offset}, {log.log_end_offset}]")
+    high_watermark = replica.high_watermark
+    records = log.read(wanted.fetch_offset, min(wanted.partition_max_bytes, bytes_left), max_offset=high_watermark,
+                       min_one_batch=min_one_batch).records
+    answer = {"error_code": ErrorCode.NONE, "high_watermark": high_watermark, "last_stable_offset": high_watermark,
+              "log_start_offset": log.log_start_offset, "records": records, "aborted_transactions": None}
     return answer, len(records)
 
 

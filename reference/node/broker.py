@@ -259,6 +259,10 @@ class Broker(BrokerBase):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
         return self.partitions[topic_partition]
 
+    def follower_replica(self, topic_partition: TopicPartition) -> None:
+        """A single node follows no one: it leads every partition it has."""
+        return None
+
     def append(self, topic_partition: TopicPartition, records: bytes, now_ms: int, acks: int = 1,
                origin: AppendOrigin = AppendOrigin.CLIENT):
         """Append a produced batch (or a coordinator's marker) as leader; return the storage's

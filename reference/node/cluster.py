@@ -334,6 +334,12 @@ class ClusterBroker(BrokerBase):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, str(topic_partition))
         return self.partitions[topic_partition]
 
+    def follower_replica(self, topic_partition: TopicPartition) -> PartitionReplica | None:
+        """This node's replica of the partition when it follows the leader (consumers may read
+        it from Fetch v11, KIP-392), else None."""
+        replica = self.partitions.get(topic_partition)
+        return replica if replica is not None and replica.role is Role.FOLLOWER else None
+
     def partition(self, topic_partition: TopicPartition) -> PartitionReplica:
         """The partition as its leader: clients produce to and fetch from leaders only."""
         replica = self.replica(topic_partition)

@@ -1,7 +1,8 @@
 """KIP-951 new-leader hints: a Produce (v10+) or Fetch (v12+) sent to a broker that does not
 lead the partition is answered NOT_LEADER_OR_FOLLOWER with the leader and leader epoch that
 broker knows, and the leader's endpoint (Produce v10+, Fetch v16+), so a client can go
-straight there. Raw requests over a socket, to a real two-node cluster."""
+straight there. (A consumer Fetch v11+ to a follower is served, KIP-392: the hint comes from a
+broker holding no replica.) Raw requests over a socket, to a real two-node cluster."""
 from __future__ import annotations
 
 import pytest
@@ -70,18 +71,43 @@ def test_produce_to_a_follower_names_the_leader_from_v10(cluster, topic, version
         (leader, *endpoint(cluster, leader))]
 
 
-@pytest.mark.parametrize("version", [11, 12, 16])
-def test_fetch_from_a_follower_names_the_leader_from_v12(cluster, topic, version):
-    leader, epoch, topic_id = partition_metadata(cluster, topic)
-    follower = 3 - leader
+@pytest.fixture(scope="module")
+def single_replica_topic(cluster):
+    return create_topic(cluster, replication_factor=1)
+
+
+def fetch(cluster: ClusterProcess, node_id: int, topic: str, version: int, isolation_level: int = 0):
+    _, _, topic_id = partition_metadata(cluster, topic)
     fetched = {"topic_id": topic_id} if version >= 13 else {"topic": topic}  # v13+ names topics by id
-    response = request(cluster.addresses[follower], ApiKey.FETCH, version, {
-        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1_000_000, "isolation_level": 0,
+    response = request(cluster.addresses[node_id], ApiKey.FETCH, version, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1_000_000, "isolation_level": isolation_level,
         "session_id": 0, "session_epoch": -1,
         "topics": [{**fetched, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1000}]}]})
     (answer,) = response.responses[0].partitions
+    return response, answer
+
+
+@pytest.mark.parametrize("version", [10, 12, 16])
+def test_fetch_to_a_broker_that_cannot_serve_it_names_the_leader_from_v12(cluster, topic, single_replica_topic,
+                                                                          version):
+    """Below v11 a follower serves no consumer fetch; from v11 it does (KIP-392, below), so the
+    v12+ hint is asked of a broker that holds no replica of the partition."""
+    fetched_topic = topic if version < 11 else single_replica_topic
+    leader, epoch, _ = partition_metadata(cluster, fetched_topic)
+    response, answer = fetch(cluster, 3 - leader, fetched_topic, version)
     assert answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     hinted = (answer.current_leader.leader_id, answer.current_leader.leader_epoch) if version >= 12 else None
     assert hinted == ((leader, epoch) if version >= 12 else None)
     endpoints = [(node.node_id, node.host, node.port) for node in response.node_endpoints] if version >= 16 else []
     assert endpoints == ([(leader, *endpoint(cluster, leader))] if version >= 16 else [])
+
+
+@pytest.mark.parametrize("version", [11, 12, 16])
+def test_a_follower_serves_a_read_uncommitted_consumer_fetch_from_v11(cluster, topic, version):
+    """KIP-392: Kafka serves a consumer Fetch v11+ (it carries client metadata) from the local
+    replica, follower too, below that replica's high watermark; read_committed is refused here."""
+    leader, _, _ = partition_metadata(cluster, topic)
+    _, answer = fetch(cluster, 3 - leader, topic, version)
+    assert answer.error_code == ErrorCode.NONE and answer.high_watermark >= 0
+    _, committed = fetch(cluster, 3 - leader, topic, version, isolation_level=1)
+    assert committed.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
