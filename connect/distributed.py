@@ -29,8 +29,10 @@ from kafka.coordinator.base import BaseCoordinator
 from kafka.net.compat import KafkaNetClient
 
 from connect import protocol
+from connect.api import ConnectError
 from connect.config import WorkerConfig
-from connect.herder import AlreadyExists, Forward, Herder, MemoryStatusStore, NotFound, NotLeader, Status
+from connect.herder import (AlreadyExists, BadRequest, ConnectRestError, Forward, Herder, MemoryStatusStore,
+                            NotFound, NotLeader, Rebalancing, Status)
 from connect.plugins import Plugins
 from connect.protocol import CONNECTOR_TASK, Work
 from connect.kafkalog import KafkaBasedLog
@@ -41,6 +43,8 @@ log = logging.getLogger("connect.distributed")
 HERDER_TICK_S = 0.2
 JOIN_TIMEOUT_MS = 1000
 TASK_CONFIGS_POST_TIMEOUT_S = 30.0
+FENCING_TIMEOUT_S = 60.0        # a task waits this long for its zombie fencing, then FAILS
+FENCING_RETRY_BACKOFF_S = 0.5   # between attempts (no leader yet, a rebalance)
 # librdkafka client settings -> kafka-python keyword arguments, for the group membership client.
 KAFKA_PYTHON_NAMES = {"bootstrap.servers": "bootstrap_servers", "security.protocol": "security_protocol",
                       "sasl.mechanism": "sasl_mechanism", "sasl.mechanisms": "sasl_mechanism",
@@ -63,6 +67,12 @@ class ConfigState:
         self.target_states: dict[str, str] = {}
         self.pending_tasks: dict[str, dict[int, dict[str, str]]] = {}
         self.restarts: list[tuple[str, bool, bool]] = []
+        # KIP-618: the task count the last zombie fencing recorded (tasks-fencing-<name>), how
+        # many task config sets were committed, and which connectors' newest task set has not
+        # been fenced for yet (a commit-<name> after the last tasks-fencing-<name>)
+        self.task_count_records: dict[str, int] = {}
+        self.task_generations: dict[str, int] = {}
+        self.pending_fencing: set[str] = set()
         self.offset = 0  # the offset after the last record read
         self.changed = threading.Event()
 
@@ -73,8 +83,10 @@ class ConfigState:
             if key.startswith("connector-"):
                 name = key[len("connector-"):]
                 if value is None:
-                    for table in (self.connectors, self.tasks, self.target_states, self.pending_tasks):
+                    for table in (self.connectors, self.tasks, self.target_states, self.pending_tasks,
+                                  self.task_count_records):
                         table.pop(name, None)
+                    self.pending_fencing.discard(name)
                 else:
                     self.connectors[name] = value["properties"]
             elif key.startswith("task-"):
@@ -86,6 +98,8 @@ class ConfigState:
                 pending, count = self.pending_tasks.pop(name, {}), value["tasks"]
                 if all(i in pending for i in range(count)):
                     self.tasks[name] = [pending[i] for i in range(count)]
+                    self.task_generations[name] = self.task_generations.get(name, 0) + 1
+                    self.pending_fencing.add(name)
                 else:
                     log.error("config topic: commit-%s names %d tasks, only %s were written", name, count,
                               sorted(pending))
@@ -95,6 +109,10 @@ class ConfigState:
                     self.target_states.pop(name, None)
                 else:
                     self.target_states[name] = value.get("state.v2", value["state"])
+            elif key.startswith("tasks-fencing-") and value is not None:
+                name = key[len("tasks-fencing-"):]
+                self.task_count_records[name] = value["task-count"]
+                self.pending_fencing.discard(name)
             elif key.startswith("restart-connector-") and value is not None:
                 self.restarts.append((key[len("restart-connector-"):], value.get("include-tasks", False),
                                       value.get("only-failed", False)))
@@ -204,6 +222,8 @@ class DistributedHerder(Herder):
                                         replication_factor=config.int("config.storage.replication.factor"))
         self.offsets = KafkaOffsetStore(config, clients)
         self.worker = Worker(config, plugins, self.offsets, self.status, worker_id)
+        self.worker.before_exactly_once_producer = self._fence_before_producer
+        self.fencing_lock = threading.Lock()  # one zombie fencing at a time on the leader
         self.assignor = protocol.IncrementalAssignor(config.int("scheduled.rebalance.max.delay.ms"))
         self.running: set[Work] = set()
         self.leader_url: str | None = None
@@ -410,6 +430,64 @@ class DistributedHerder(Herder):
             self.config_log.send(f"task-{name}-{i}".encode(), _json({"properties": props}))
         self.config_log.send(f"commit-{name}".encode(), _json({"tasks": len(configs)}))
         self.config_log.flush()
+
+    def fence_zombies(self, name: str) -> None:
+        """KIP-618 zombie fencing, by the leader (PUT /connectors/<name>/fence): before a new
+        generation of a source connector's tasks runs with exactly-once support, the producers
+        of the previous generation's task ids, as many as its tasks-fencing-<name> record
+        counted, are fenced; then tasks-fencing-<name> {"task-count": n} records the new
+        generation's count, so the next fencing knows which ids to fence. Nothing to fence the
+        first time (no record: no transactional producer ever ran) or when one task follows
+        one task (the new task's own InitProducerId fences its predecessor)."""
+        self._require_leader()
+        with self.fencing_lock:
+            self.config_log.read_to_end()
+            self._sync_views()
+            self._require(name)
+            if self.connector_type(name) != "source":
+                raise BadRequest(f"Connector {name} is not a source connector")
+            with self.config_state.lock:
+                if name not in self.config_state.pending_fencing:
+                    return  # the newest task set has been fenced for already
+                previous = self.config_state.task_count_records.get(name)
+                task_count = len(self.config_state.tasks.get(name, []))
+                generation = self.config_state.task_generations.get(name, 0)
+            fenced = previous if previous is not None and (previous, task_count) != (1, 1) else 0
+            self.worker.fence_producers(name, fenced)
+            self.config_log.read_to_end()
+            with self.config_state.lock:
+                if self.config_state.task_generations.get(name, 0) != generation:
+                    raise Rebalancing(f"Zombie fencing for {name} raced with a reconfiguration of its tasks")
+            self.config_log.send(f"tasks-fencing-{name}".encode(), _json({"task-count": task_count}))
+            self._write_and_read()
+            log.info("connector %s: zombie fencing done (%d task ids fenced; the new generation has %d tasks)",
+                     name, fenced, task_count)
+
+    def _fence_before_producer(self, task_id: TaskId, stopping: threading.Event) -> None:
+        """On an exactly-once source task's thread: have the leader fence the connector's zombie
+        producers (forwarded as PUT /connectors/<name>/fence when another worker leads)."""
+        deadline = time.monotonic() + FENCING_TIMEOUT_S
+        while True:
+            with self.config_state.lock:
+                if task_id.connector not in self.config_state.pending_fencing:
+                    return
+            try:
+                if self.is_leader:
+                    self.fence_zombies(task_id.connector)
+                elif self.leader_url is None:
+                    raise Rebalancing("no leader yet")
+                else:
+                    request = urllib.request.Request(
+                        f"{self.leader_url.rstrip('/')}/connectors/{task_id.connector}/fence?forward=true",
+                        method="PUT", headers={"Content-Type": "application/json"})
+                    urllib.request.urlopen(request, timeout=FENCING_TIMEOUT_S).close()
+                    self.config_log.read_to_end()  # the leader's tasks-fencing record
+                return
+            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError) as e:
+                if stopping.is_set() or time.monotonic() > deadline:
+                    raise ConnectError(f"zombie fencing for connector {task_id.connector} failed: {e}") from e
+                log.info("task %s: zombie fencing not done yet (%s); trying again", task_id, e)
+                stopping.wait(FENCING_RETRY_BACKOFF_S)
 
     def put_task_configs(self, name: str, configs: list[dict]) -> None:
         self._require_leader()

@@ -117,6 +117,9 @@ class Herder:
     def put_task_configs(self, name: str, configs: list[dict]) -> None:
         raise BadRequest("task configs are written by a distributed cluster's leader only")
 
+    def fence_zombies(self, name: str) -> None:
+        raise BadRequest("zombie fencing is done by a distributed cluster's leader only")
+
     # reads
     def connectors(self) -> list[str]:
         return sorted(self.configs)

@@ -48,6 +48,7 @@ class RestServer:
         r.add_get("/connectors/{name}/status", self.get_status)
         r.add_get("/connectors/{name}/tasks", self.get_tasks)
         r.add_post("/connectors/{name}/tasks", self.put_task_configs)  # internal: a worker to the leader
+        r.add_put("/connectors/{name}/fence", self.fence)  # internal (KIP-618): a worker to the leader
         r.add_get("/connectors/{name}/tasks/{task}/status", self.get_task_status)
         r.add_post("/connectors/{name}/tasks/{task}/restart", self.restart_task)
         r.add_post("/connectors/{name}/restart", self.restart_connector)
@@ -194,6 +195,10 @@ class RestServer:
         if not isinstance(body, list):
             raise BadRequest("Request body must be a list of task configs")
         await self._call(self.herder.put_task_configs, request.match_info["name"], body)
+        return web.Response(status=204)
+
+    async def fence(self, request):
+        await self._call(self.herder.fence_zombies, request.match_info["name"])
         return web.Response(status=204)
 
     def _task(self, request) -> int:

@@ -204,17 +204,28 @@ class WorkerSourceTask(_TaskThread):
         self.task.commit()
 
 
+def task_transactional_id(group_id: str, connector: str, task: int) -> str:
+    """KIP-618: the transactional.id of a source task's producer with exactly-once support."""
+    return f"{group_id}-{connector}-{task}"
+
+
 class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
     """KIP-618 (exactly.once.source.support=enabled), transaction.boundary=poll: each poll's
     records and the source offsets they reach are written in one transaction, by a producer
     whose transactional.id is <group.id>-<connector>-<task>. A task restarted elsewhere
     initialises the same transactional id, which aborts whatever its killed predecessor left
-    open, and resumes from the offsets committed with the last committed records (CON-2)."""
+    open, and resumes from the offsets committed with the last committed records (CON-2).
+
+    Before its producer exists the task asks the cluster's leader to fence the producers of
+    the connector's earlier task generations (Worker.before_exactly_once_producer): a zombie
+    task id that the new generation no longer has would otherwise keep committing records
+    that a new task also writes."""
 
     def open_producer(self) -> Producer:
         config = self.worker.config
+        self.worker.before_exactly_once_producer(self.id, self.stopping)
         producer = self.worker.make_producer(
-            self.id, transactional_id=f"{config['group.id']}-{self.id.connector}-{self.id.task}")
+            self.id, transactional_id=task_transactional_id(config["group.id"], self.id.connector, self.id.task))
         producer.init_transactions(config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S)
         return producer
 
@@ -396,6 +407,21 @@ class Worker:
         self.connectors: dict[str, WorkerConnector] = {}
         self.tasks: dict[TaskId, _TaskThread] = {}
         self.lock = threading.RLock()
+        # set by a distributed herder: called on the task's thread before an exactly-once
+        # task's producer is created; raises (the task FAILS) when the fencing cannot be done
+        self.before_exactly_once_producer = lambda task_id, stopping: None
+
+    def fence_producers(self, connector: str, task_count: int) -> None:
+        """Fence the transactional producers of tasks 0..task_count-1 of `connector`, as Kafka's
+        Admin.fenceProducers does: InitProducerId for each transactional id bumps its epoch, so
+        the old producer's open transaction is aborted and its next write is refused."""
+        timeout_s = self.config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S
+        for task in range(task_count):
+            transactional_id = task_transactional_id(self.config["group.id"], connector, task)
+            producer = Producer({**self.config.client_configs("producer"), "transactional.id": transactional_id,
+                                 "client.id": f"connector-fencer-{connector}-{task}"})
+            producer.init_transactions(timeout_s)
+            log.info("fenced the producers of transactional id %s", transactional_id)
 
     def make_producer(self, task_id: TaskId, transactional_id: str | None = None) -> Producer:
         # Connect's source producers: acks=all, one request in flight, so a partition keeps send
