@@ -43,6 +43,7 @@ DEFAULTS = {
     "sync.group.offsets.interval.seconds": "60",
     "emit.heartbeats.enabled": "true",
     "emit.heartbeats.interval.seconds": "1",
+    "heartbeats.replication.enabled": "true",
     "emit.offset-syncs.enabled": "true",
     "offset.lag.max": "100",
     "offset-syncs.topic.replication.factor": "3",
@@ -133,6 +134,7 @@ class FlowConfig:
     sync_group_offsets_interval_s: float
     emit_heartbeats: bool
     emit_heartbeats_interval_s: float
+    replicate_heartbeats: bool         # heartbeats topics mirrored whatever `topics` says
     emit_offset_syncs: bool
     offset_lag_max: int
     offset_flush_interval_ms: int
@@ -164,11 +166,12 @@ class FlowConfig:
         return f"{self.source}-mm2-MirrorSourceConnector-0"
 
     def mirrors_topic(self, topic: str) -> bool:
-        """MM2's DefaultTopicFilter plus MirrorSourceConnector's rules: heartbeats topics always,
+        """MM2's DefaultTopicFilter plus MirrorSourceConnector's rules: heartbeats topics always
+        (unless heartbeats.replication.enabled=false),
         never internal topics, never a topic that came from the target (a cycle)."""
         if self.policy.is_internal_topic(topic) or self.policy.is_cycle(topic, self.target):
             return False
-        if self.policy.is_heartbeats_topic(topic):
+        if self.replicate_heartbeats and self.policy.is_heartbeats_topic(topic):
             return True
         return bool(self.topics.fullmatch(topic)) and not self.topics_exclude.fullmatch(topic)
 
@@ -283,6 +286,7 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         sync_group_offsets_interval_s=seconds("sync.group.offsets.interval.seconds"),
         emit_heartbeats=boolean("emit.heartbeats.enabled"),
         emit_heartbeats_interval_s=seconds("emit.heartbeats.interval.seconds"),
+        replicate_heartbeats=boolean("heartbeats.replication.enabled"),
         emit_offset_syncs=boolean("emit.offset-syncs.enabled"),
         offset_lag_max=integer("offset.lag.max", 0),
         offset_flush_interval_ms=integer("offset.flush.interval.ms", 1),
