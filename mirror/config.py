@@ -32,6 +32,8 @@ DEFAULTS = {
     "replication.factor": "2",
     "sync.topic.configs.enabled": "true",
     "sync.topic.configs.interval.seconds": "600",
+    "sync.topic.acls.enabled": "true",
+    "sync.topic.acls.interval.seconds": "600",
     "config.properties.exclude": (r"follower\.replication\.throttled\.replicas, leader\.replication\.throttled\.replicas, "
                                   r"message\.timestamp\.difference\.max\.ms, message\.timestamp\.type, "
                                   r"unclean\.leader\.election\.enable, min\.insync\.replicas"),
@@ -126,6 +128,8 @@ class FlowConfig:
     offset_storage_partitions: int
     sync_topic_configs: bool
     sync_topic_configs_interval_s: float
+    sync_topic_acls: bool
+    sync_topic_acls_interval_s: float
     refresh_topics: bool
     refresh_topics_interval_s: float
     emit_checkpoints: bool
@@ -278,6 +282,8 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         offset_storage_partitions=integer("offset.storage.partitions", 1),
         sync_topic_configs=boolean("sync.topic.configs.enabled"),
         sync_topic_configs_interval_s=seconds("sync.topic.configs.interval.seconds"),
+        sync_topic_acls=boolean("sync.topic.acls.enabled"),
+        sync_topic_acls_interval_s=seconds("sync.topic.acls.interval.seconds"),
         refresh_topics=boolean("refresh.topics.enabled"),
         refresh_topics_interval_s=seconds("refresh.topics.interval.seconds"),
         emit_checkpoints=boolean("emit.checkpoints.enabled"),
