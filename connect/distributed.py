@@ -57,6 +57,11 @@ def _json(value) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _target_state_value(state: str) -> dict:
+    """A target-state-<name> record: STOPPED (KIP-875) is state.v2, with PAUSED for older workers."""
+    return {"state": "PAUSED", "state.v2": "STOPPED"} if state == "STOPPED" else {"state": state}
+
+
 class ConfigState:
     """The config topic, as read so far."""
 
@@ -145,6 +150,10 @@ class KafkaOffsetStore(OffsetStore):
 
     def get(self, key):
         return self.data.get(key)
+
+    def entries(self):
+        self.log.read_to_end()
+        return dict(self.data)
 
     def put_all(self, offsets):
         for key, value in offsets.items():
@@ -353,7 +362,11 @@ class DistributedHerder(Herder):
                 changed_tasks = {w for w in mine if w.task != CONNECTOR_TASK and tasks.get(name) != old_tasks.get(name)}
                 self._restart_work(changed_tasks)
                 if states.get(name) != old_states.get(name):
-                    self.worker.set_target_state(name, states.get(name, "STARTED"))
+                    state, old_state = states.get(name, "STARTED"), old_states.get(name, "STARTED")
+                    if "STOPPED" in (state, old_state) and Work(name) in mine:
+                        self._restart_work({Work(name)})  # _start_work leaves a STOPPED connector stopped
+                    if state != "STOPPED":
+                        self.worker.set_target_state(name, state)
             for name, include_tasks, only_failed in restarts:
                 works = {w for w in self.running if w.connector == name
                          and (include_tasks or w.task == CONNECTOR_TASK)
@@ -382,7 +395,9 @@ class DistributedHerder(Herder):
             if w.connector not in self.configs:
                 continue
             state = self.target_states.get(w.connector, "STARTED")
-            if w.task == CONNECTOR_TASK:
+            if w.task == CONNECTOR_TASK and state == "STOPPED":
+                self.status.on_status(w.connector, None, "STOPPED")
+            elif w.task == CONNECTOR_TASK:
                 if self.worker.start_connector(w.connector, self.configs[w.connector], state,
                                                on_reconfigure=self._request_reconfiguration):
                     self.publish_pending.add(w.connector)
@@ -504,7 +519,7 @@ class DistributedHerder(Herder):
         if not created and not allow_replace:
             raise AlreadyExists(f"Connector {name} already exists")
         if created:
-            self.config_log.send(f"target-state-{name}".encode(), _json({"state": initial_state}))
+            self.config_log.send(f"target-state-{name}".encode(), _json(_target_state_value(initial_state)))
         self.config_log.send(f"connector-{name}".encode(), _json({"properties": props}))
         self._write_and_read()
         return created, self.connector_info(name)
@@ -515,6 +530,30 @@ class DistributedHerder(Herder):
         self.config_log.send(f"connector-{name}".encode(), None)
         self.config_log.send(f"target-state-{name}".encode(), None)
         self._write_and_read()
+
+    def offset_store(self):
+        return self.offsets
+
+    def stop_connector(self, name: str) -> None:
+        """KIP-875: target state STOPPED, then an empty set of task configs, so every task stops
+        and the connector's offsets may be altered or reset."""
+        self._require_leader()
+        self._require(name)
+        self.config_log.send(f"target-state-{name}".encode(), _json(_target_state_value("STOPPED")))
+        self._write_task_configs(name, [])
+        self._write_and_read()
+
+    def alter_offsets(self, name: str, offsets) -> str:
+        self._require_leader()  # the leader reads the config topic to its end: is it STOPPED?
+        self.config_log.read_to_end()
+        self._sync_views()
+        return super().alter_offsets(name, offsets)
+
+    def reset_offsets(self, name: str) -> str:
+        self._require_leader()
+        self.config_log.read_to_end()
+        self._sync_views()
+        return super().reset_offsets(name)
 
     def pause_connector(self, name: str) -> None:
         self._set_target_state(name, "PAUSED")

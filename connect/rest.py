@@ -54,6 +54,10 @@ class RestServer:
         r.add_post("/connectors/{name}/restart", self.restart_connector)
         r.add_put("/connectors/{name}/pause", self.pause)
         r.add_put("/connectors/{name}/resume", self.resume)
+        r.add_put("/connectors/{name}/stop", self.stop_connector)
+        r.add_get("/connectors/{name}/offsets", self.get_offsets)
+        r.add_patch("/connectors/{name}/offsets", self.alter_offsets)
+        r.add_delete("/connectors/{name}/offsets", self.reset_offsets)
         r.add_get("/connector-plugins", self.plugins)
         r.add_get("/connector-plugins/{plugin}/config", self.plugin_config)
         r.add_put("/connector-plugins/{plugin}/config/validate", self.validate)
@@ -148,10 +152,8 @@ class RestServer:
         initial_state = body.get("initial_state", "RUNNING")
         if initial_state not in ("RUNNING", "PAUSED", "STOPPED"):
             raise BadRequest(f"Invalid initial state {initial_state}")
-        if initial_state == "STOPPED":
-            raise BadRequest("initial_state STOPPED is not supported by this worker")
         _, info = await self._call(self.herder.put_connector_config, name, {**config, "name": name}, False,
-                                   "PAUSED" if initial_state == "PAUSED" else "STARTED")
+                                   "STARTED" if initial_state == "RUNNING" else initial_state)
         return _json(info, 201, {"Location": f"/connectors/{name}"})
 
     async def get_connector(self, request):
@@ -230,6 +232,23 @@ class RestServer:
     async def resume(self, request):
         await self._call(self.herder.resume_connector, request.match_info["name"])
         return web.Response(status=202)
+
+    async def stop_connector(self, request):
+        await self._call(self.herder.stop_connector, request.match_info["name"])
+        return web.Response(status=204)
+
+    async def get_offsets(self, request):
+        """KIP-875: {"offsets": [{"partition": {...}, "offset": {...}}]}."""
+        return _json({"offsets": await self._call(self.herder.connector_offsets, request.match_info["name"])})
+
+    async def alter_offsets(self, request):
+        body = await self._body(request)
+        offsets = body.get("offsets") if isinstance(body, dict) else None
+        message = await self._call(self.herder.alter_offsets, request.match_info["name"], offsets)
+        return _json({"message": message})
+
+    async def reset_offsets(self, request):
+        return _json({"message": await self._call(self.herder.reset_offsets, request.match_info["name"])})
 
     async def plugins(self, request):
         return _json(self.herder.plugins.connector_plugins())

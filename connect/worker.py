@@ -62,8 +62,12 @@ class OffsetStore:
     def get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
 
-    def put_all(self, offsets: dict[bytes, bytes]) -> None:
-        """Write durably; returns once the offsets are stored."""
+    def put_all(self, offsets: dict[bytes, bytes | None]) -> None:
+        """Write durably (None removes a key); returns once the offsets are stored."""
+        raise NotImplementedError
+
+    def entries(self) -> dict[bytes, bytes]:
+        """Every stored key and offset, up to date."""
         raise NotImplementedError
 
 
