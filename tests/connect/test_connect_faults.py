@@ -14,7 +14,7 @@ import pytest
 
 from faults.connect_workload import SINK_FILE, TOPIC_FILE, ConnectPipeline, ConnectWorkloadOptions
 
-RUN_S = 7.0
+RUN_S = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def spark():
 def test_a_pipeline_with_worker_kills_loses_no_line_and_the_checker_finds_tampering(broker, spark, tmp_path):
     from spark_validation.connect import check_connect
 
-    options = ConnectWorkloadOptions(workers=2, lines_per_s=150, kill_interval_s=2.5, restart_after_s=1.0,
-                                     topic="faulted-lines", replication_factor=1)
+    options = ConnectWorkloadOptions(workers=2, lines_per_s=150, kill_interval_s=2.0, restart_after_s=1.0,
+                                     topic="faulted-lines", replication_factor=1, rebalance_delay_ms=1000)
     pipeline = ConnectPipeline(broker.bootstrap, tmp_path / "run", options, seed=7)
     pipeline.start()
     try:
