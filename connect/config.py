@@ -140,7 +140,9 @@ COMMON_DEF = (
     ConfigKey("predicates", "LIST", "", importance="LOW", group="Predicates",
               documentation="Aliases for the predicates used by transformations."),
     ConfigKey("errors.tolerance", "STRING", "none", importance="MEDIUM", group="Error Handling",
-              documentation="Behavior for tolerating errors during connector operation: none fails the task."),
+              documentation="Behavior for tolerating errors during connector operation: none fails the task; all "
+                            "skips a record whose conversion or transformation failed (a sink puts it in the "
+                            "dead letter queue when one is named)."),
 )
 SOURCE_DEF = (
     ConfigKey("exactly.once.support", "STRING", "requested", importance="MEDIUM", group=COMMON,
@@ -156,6 +158,15 @@ SINK_DEF = (
               documentation="List of topics to consume, separated by commas"),
     ConfigKey("topics.regex", "STRING", "", importance="HIGH", group=COMMON,
               documentation="Regular expression giving topics to consume."),
+    ConfigKey("errors.deadletterqueue.topic.name", "STRING", "", importance="MEDIUM", group="Error Handling",
+              documentation="The topic for records that failed conversion or transformation (with "
+                            "errors.tolerance=all); empty: none."),
+    ConfigKey("errors.deadletterqueue.topic.replication.factor", "INT", 3, importance="MEDIUM",
+              group="Error Handling", documentation="Replication factor of the dead letter queue topic when the "
+                                                    "worker creates it."),
+    ConfigKey("errors.deadletterqueue.context.headers.enable", "BOOLEAN", False, importance="MEDIUM",
+              group="Error Handling", documentation="Add __connect.errors.* headers saying where and why the "
+                                                    "record failed."),
 )
 
 
@@ -242,9 +253,9 @@ def validate(props: dict[str, str], plugins: Plugins, exactly_once_enabled: bool
                                                    "default value.")
         elif (message := _int_error(props, key)) is not None:
             errors.setdefault(key.name, []).append(message)
-    if props.get("errors.tolerance", "none") != "none":
+    if props.get("errors.tolerance", "none") not in ("none", "all"):
         errors["errors.tolerance"] = [f"Invalid value {props['errors.tolerance']} for configuration "
-                                      "errors.tolerance: only none (fail the task) is supported here"]
+                                      "errors.tolerance: String must be one of: none, all"]
     if "tasks.max" not in errors and int(props.get("tasks.max", 1)) < 1:
         errors["tasks.max"] = [f"Invalid value {props['tasks.max']} for configuration tasks.max: "
                                "Value must be at least 1"]
