@@ -32,6 +32,11 @@ WORKER_DEFAULTS = {
     "connect.protocol": "compatible",
     "scheduled.rebalance.max.delay.ms": "300000",
     "exactly.once.source.support": "disabled",
+    "inter.worker.key.generation.algorithm": "HmacSHA256",
+    "inter.worker.key.size": "",
+    "inter.worker.key.ttl.ms": "3600000",
+    "inter.worker.signature.algorithm": "HmacSHA256",
+    "inter.worker.verification.algorithms": "HmacSHA256",
 }
 REQUIRED = {"standalone": ("key.converter", "value.converter", "offset.storage.file.filename"),
             "distributed": ("key.converter", "value.converter", "group.id", "config.storage.topic",
@@ -73,7 +78,15 @@ class WorkerConfig:
             if not self.props[key].isdigit():
                 raise ConfigError(f"{key}={self.props[key]!r} is not a number of milliseconds")
         if self.props["connect.protocol"] not in ("eager", "compatible", "sessioned"):
-            raise ConfigError(f"connect.protocol={self.props['connect.protocol']!r}: use eager or compatible")
+            raise ConfigError(f"connect.protocol={self.props['connect.protocol']!r}: use eager, compatible or "
+                              "sessioned")
+        from connect.signing import DIGESTS
+        for key in ("inter.worker.key.generation.algorithm", "inter.worker.signature.algorithm"):
+            if self.props[key] not in DIGESTS:
+                raise ConfigError(f"{key}={self.props[key]!r}: use one of {', '.join(DIGESTS)}")
+        if not self.props["inter.worker.key.ttl.ms"].isdigit():
+            raise ConfigError(f"inter.worker.key.ttl.ms={self.props['inter.worker.key.ttl.ms']!r} is not a number "
+                              "of milliseconds")
         if self.props["exactly.once.source.support"] not in ("disabled", "preparing", "enabled"):
             raise ConfigError("exactly.once.source.support must be disabled, preparing or enabled")
         if mode == "standalone" and self.props["exactly.once.source.support"] != "disabled":

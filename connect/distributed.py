@@ -35,6 +35,7 @@ from connect.herder import (AlreadyExists, BadRequest, ConnectRestError, Forward
                             NotFound, NotLeader, Rebalancing, Status)
 from connect.plugins import Plugins
 from connect.protocol import CONNECTOR_TASK, Work
+from connect.signing import SessionKey, SignatureError, signature_headers, verify
 from connect.kafkalog import KafkaBasedLog
 from connect.worker import OffsetStore, TaskId, Worker
 
@@ -75,6 +76,7 @@ class ConfigState:
         # KIP-618: the task count the last zombie fencing recorded (tasks-fencing-<name>), how
         # many task config sets were committed, and which connectors' newest task set has not
         # been fenced for yet (a commit-<name> after the last tasks-fencing-<name>)
+        self.session_key: SessionKey | None = None  # KIP-507, written by the leader
         self.task_count_records: dict[str, int] = {}
         self.task_generations: dict[str, int] = {}
         self.pending_fencing: set[str] = set()
@@ -114,6 +116,8 @@ class ConfigState:
                     self.target_states.pop(name, None)
                 else:
                     self.target_states[name] = value.get("state.v2", value["state"])
+            elif key == "session-key" and value is not None:
+                self.session_key = SessionKey.from_record(value)
             elif key.startswith("tasks-fencing-") and value is not None:
                 name = key[len("tasks-fencing-"):]
                 self.task_count_records[name] = value["task-count"]
@@ -237,6 +241,7 @@ class DistributedHerder(Herder):
         self.running: set[Work] = set()
         self.leader_url: str | None = None
         self.is_leader = False
+        self.sessioned = False  # the group chose connect.protocol sessioned: internal requests are signed
         self.pending_assignment: tuple | None = None
         self.rejoin_at: float | None = None
         self.publish_pending: set[str] = set()  # connectors whose task configs the leader has not stored
@@ -265,6 +270,7 @@ class DistributedHerder(Herder):
                 self.coordinator.poll_heartbeat()
                 self._apply_assignment()
                 self._apply_config_changes()
+                self._rotate_session_key()
                 for name in sorted(self.publish_pending):
                     self._publish_task_configs(name)
                 if self.rejoin_at is not None and time.monotonic() >= self.rejoin_at:
@@ -293,7 +299,7 @@ class DistributedHerder(Herder):
         full, revoked, delay_ms = self.assignor.assign(members, configured, int(time.monotonic() * 1000))
         log.info("assignment (delay %d ms): %s; revoked %s", delay_ms,
                  {m: sorted(map(str, w)) for m, w in full.items()}, {m: sorted(map(str, w)) for m, w in revoked.items()})
-        return {m: protocol.encode_assignment(1, protocol.Assignment(
+        return {m: protocol.encode_assignment(protocol.VERSIONS[protocol_name], protocol.Assignment(
             protocol.NO_ERROR, leader_id, self.url, offset,
             full[m] - (members[m].allocation or frozenset()),  # KIP-415: only what is new to the member
             revoked[m], delay_ms)) for m in members}
@@ -316,6 +322,7 @@ class DistributedHerder(Herder):
             self.pending_assignment = None
             self.status.generation = generation
             self.leader_url, self.is_leader = a.leader_url, a.leader == member_id
+            self.sessioned = protocol_name == "sessioned"
             if a.error == protocol.CONFIG_MISMATCH:
                 self.config_log.read_to_end()
                 self.coordinator.request_rejoin()
@@ -424,9 +431,10 @@ class DistributedHerder(Herder):
             return
         if self.leader_url is None:
             return
+        body = json.dumps(configs).encode()
         request = urllib.request.Request(f"{self.leader_url.rstrip('/')}/connectors/{name}/tasks?forward=true",
-                                         data=json.dumps(configs).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **self._signed(body)})
         try:
             urllib.request.urlopen(request, timeout=TASK_CONFIGS_POST_TIMEOUT_S).close()
         except (urllib.error.URLError, OSError) as e:
@@ -434,6 +442,39 @@ class DistributedHerder(Herder):
                      self.leader_url, e)
             return
         self.publish_pending.discard(name)
+
+    # KIP-507: the session key and the signatures of internal requests
+    def _rotate_session_key(self) -> None:
+        """The leader writes a new session key when there is none or it is older than its TTL."""
+        if not (self.is_leader and self.sessioned):
+            return
+        now_ms = int(time.time() * 1000)
+        key = self.config_state.session_key
+        if key is not None and now_ms < key.creation_timestamp_ms + self.config.int("inter.worker.key.ttl.ms"):
+            return
+        size = self.config.get("inter.worker.key.size")
+        key = SessionKey.generate(self.config["inter.worker.key.generation.algorithm"], now_ms,
+                                  int(size) if size else None)
+        self.config_log.send(b"session-key", _json(key.record()))
+        self._write_and_read()
+        log.info("wrote a new session key (%s)", key.algorithm)
+
+    def _signed(self, body: bytes) -> dict[str, str]:
+        key = self.config_state.session_key
+        if not self.sessioned or key is None:
+            return {}
+        return signature_headers(key, self.config["inter.worker.signature.algorithm"], body)
+
+    def verify_internal_request(self, body: bytes, headers) -> None:
+        if not self.sessioned:
+            return
+        algorithms = [a.strip() for a in self.config["inter.worker.verification.algorithms"].split(",") if a.strip()]
+        try:
+            verify(self.config_state.session_key, algorithms, body, headers)
+        except SignatureError as e:
+            error = ConnectRestError(e.message)
+            error.status = e.status
+            raise error from None
 
     # leader-only writes
     def _require_leader(self) -> None:
@@ -494,7 +535,7 @@ class DistributedHerder(Herder):
                 else:
                     request = urllib.request.Request(
                         f"{self.leader_url.rstrip('/')}/connectors/{task_id.connector}/fence?forward=true",
-                        method="PUT", headers={"Content-Type": "application/json"})
+                        method="PUT", headers={"Content-Type": "application/json", **self._signed(b"")})
                     urllib.request.urlopen(request, timeout=FENCING_TIMEOUT_S).close()
                     self.config_log.read_to_end()  # the leader's tasks-fencing record
                 return

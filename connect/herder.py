@@ -221,6 +221,9 @@ class Herder:
         from confluent_kafka.admin import AdminClient
         return AdminClient({**self.config.client_configs("admin"), "log_level": 0})
 
+    def verify_internal_request(self, body: bytes, headers) -> None:
+        """KIP-507: raise (400/403) unless an internal request is signed; only sessioned groups sign."""
+
     def fence_zombies(self, name: str) -> None:
         raise BadRequest("zombie fencing is done by a distributed cluster's leader only")
 

@@ -100,8 +100,9 @@ class RestServer:
         body = await request.read()
         try:
             async with ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT_S)) as session:
+                signature = {k: v for k, v in request.headers.items() if k.lower().startswith("x-connect-")}
                 async with session.request(request.method, url, params=query, data=body or None,
-                                           headers={"Content-Type": "application/json"}) as response:
+                                           headers={"Content-Type": "application/json", **signature}) as response:
                     payload = await response.read()
                     headers = {k: v for k, v in response.headers.items() if k in ("Location", "Content-Type")}
                     return web.Response(body=payload, status=response.status, headers=headers)
@@ -193,6 +194,7 @@ class RestServer:
         return _json(self.herder.task_configs(request.match_info["name"]))
 
     async def put_task_configs(self, request):
+        self.herder.verify_internal_request(await request.read(), request.headers)
         body = await self._body(request)
         if not isinstance(body, list):
             raise BadRequest("Request body must be a list of task configs")
@@ -200,6 +202,7 @@ class RestServer:
         return web.Response(status=204)
 
     async def fence(self, request):
+        self.herder.verify_internal_request(await request.read(), request.headers)
         await self._call(self.herder.fence_zombies, request.match_info["name"])
         return web.Response(status=204)
 
