@@ -62,8 +62,10 @@ class ConnectWorkloadOptions:
     exactly_once: bool = False        # exactly.once.source.support=enabled (KIP-618)
     topic: str = "connect-lines"
     replication_factor: int = -1      # of the topic and the internal topics (-1: the brokers' default)
-    session_timeout_ms: int = 3000    # how soon a killed worker's tasks move (with the KIP-415 delay below)
-    rebalance_delay_ms: int = 2000
+    # how soon a killed worker's tasks move (with the KIP-415 delay below); at least the brokers'
+    # group.min.session.timeout.ms (Kafka's default 6000)
+    session_timeout_ms: int = 10000
+    rebalance_delay_ms: int = 5000
     client_properties: tuple[tuple[str, str], ...] = ()  # security settings for every client
 
 

@@ -43,18 +43,22 @@ def is_connect_history(path: Path) -> bool:
 def check_connect(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
     """(anomalies as ANOMALY_SCHEMA, verdict) for one recorded pipeline."""
     run = json.loads((history / CONNECT_FILE).read_text())
-    source = spark.read.parquet(str(history / SOURCE_FILE)).select("value").distinct()
-    topic = spark.read.parquet(str(history / TOPIC_FILE)).groupBy("value").agg(F.count("*").alias("n"))
-    sink = spark.read.parquet(str(history / SINK_FILE)).groupBy("value").agg(F.count("*").alias("n"))
-    flagged = (
-        source.join(topic, "value", "left_anti").withColumn("anomaly", F.lit("connect-source-lost"))
-        .unionByName(topic.join(sink, "value", "left_anti").select("value")
-                     .withColumn("anomaly", F.lit("connect-sink-lost")))
-        .unionByName(topic.where("n > 1").select("value").withColumn("anomaly", F.lit("connect-duplicate")))
-        .unionByName(sink.where("n > 1").select("value").withColumn("anomaly", F.lit("connect-sink-duplicate")))
-        .unionByName(topic.select("value").unionByName(sink.select("value")).distinct()
-                     .join(source, "value", "left_anti").withColumn("anomaly", F.lit("connect-phantom"))))
-    found = (flagged.groupBy("anomaly")
+    # one row per line number with how often the source file, the topic and the sink file hold it
+    counts = (spark.read.parquet(str(history / SOURCE_FILE)).select("value", F.lit(1).alias("appended"),
+                                                                    F.lit(0).alias("in_topic"), F.lit(0).alias("in_sink"))
+              .unionByName(spark.read.parquet(str(history / TOPIC_FILE)).select(
+                  "value", F.lit(0).alias("appended"), F.lit(1).alias("in_topic"), F.lit(0).alias("in_sink")))
+              .unionByName(spark.read.parquet(str(history / SINK_FILE)).select(
+                  "value", F.lit(0).alias("appended"), F.lit(0).alias("in_topic"), F.lit(1).alias("in_sink")))
+              .groupBy("value").agg(*(F.sum(c).alias(c) for c in ("appended", "in_topic", "in_sink"))))
+    flags = F.array_compact(F.array(
+        F.when((F.col("appended") > 0) & (F.col("in_topic") == 0), F.lit("connect-source-lost")),
+        F.when((F.col("in_topic") > 0) & (F.col("in_sink") == 0), F.lit("connect-sink-lost")),
+        F.when(F.col("in_topic") > 1, F.lit("connect-duplicate")),
+        F.when(F.col("in_sink") > 1, F.lit("connect-sink-duplicate")),
+        F.when((F.col("appended") == 0), F.lit("connect-phantom"))))
+    found = (counts.select("value", F.explode(flags).alias("anomaly"))
+             .groupBy("anomaly")
              .agg(F.count("*").alias("n"), F.slice(F.sort_array(F.collect_list("value")), 1,
                                                    EVIDENCE_VALUES_MAX).alias("values"))
              .orderBy("anomaly").collect())  # one Spark job for every finding

@@ -34,7 +34,8 @@ def test_a_pipeline_with_worker_kills_loses_no_line_and_the_checker_finds_tamper
     from spark_validation.connect import check_connect
 
     options = ConnectWorkloadOptions(workers=2, lines_per_s=150, kill_interval_s=2.0, restart_after_s=1.0,
-                                     topic="faulted-lines", replication_factor=1, rebalance_delay_ms=1000)
+                                     topic="faulted-lines", replication_factor=1, session_timeout_ms=3000,
+                                     rebalance_delay_ms=1000)
     pipeline = ConnectPipeline(broker.bootstrap, tmp_path / "run", options, seed=7)
     pipeline.start()
     try:
