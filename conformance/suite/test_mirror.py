@@ -22,6 +22,7 @@ import uuid
 import pytest
 
 from conformance.capabilities import TRANSACTION_APIS
+from reference.protocol.api_keys import ApiKey
 
 RECORDS = 120
 EXACTLY_ONCE_RECORDS = 2000
@@ -30,6 +31,8 @@ PACE_RECORDS, PACE_S = 20, 0.01  # the exactly-once test's source is written whi
 DEADLINE_S = 60.0
 POLL_S = 0.3
 READ_TIMEOUT_S = 30.0
+# what the mirror asks of a cluster: remote topics made with the source's configs, groups' offsets read
+MIRROR_APIS = (ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CONFIGS, ApiKey.LIST_GROUPS, ApiKey.OFFSET_FETCH)
 
 
 class Mirror:
@@ -156,6 +159,7 @@ def commit_group(target, group: str, topic: str, offsets: dict[int, int]) -> Non
 def test_a_mirror_copies_in_order_and_translates_a_group_offset_no_further_than_it_consumed(target, tmp_path):
     from mirror.records import Checkpoint
 
+    target.capabilities.require("a mirror", *MIRROR_APIS)
     topic = target.create_topic("mirror", partitions=2)
     group = target.new_topic_name("mirror-group")
     produce(target, topic, RECORDS, 2)
@@ -189,9 +193,10 @@ def test_a_mirror_copies_in_order_and_translates_a_group_offset_no_further_than_
                         f"(partition: (translated, consumed)): {skipped}"
 
 
+@pytest.mark.thorough
 @pytest.mark.guarantee("MIR-2", "MIR-1")
 def test_an_exactly_once_mirror_killed_mid_stream_writes_each_record_once(target, tmp_path):
-    target.capabilities.require("an exactly-once mirror", *TRANSACTION_APIS)
+    target.capabilities.require("an exactly-once mirror", *MIRROR_APIS, *TRANSACTION_APIS)
     topic = target.create_topic("mirror-eos", partitions=2)
     # progress flushed rarely: an at-least-once mirror killed now would copy again what it
     # copied since its last flush; an exactly-once one committed progress with each copy
