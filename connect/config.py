@@ -32,6 +32,11 @@ WORKER_DEFAULTS = {
     "connect.protocol": "compatible",
     "scheduled.rebalance.max.delay.ms": "300000",
     "exactly.once.source.support": "disabled",
+    "inter.worker.key.generation.algorithm": "HmacSHA256",
+    "inter.worker.key.size": "",
+    "inter.worker.key.ttl.ms": "3600000",
+    "inter.worker.signature.algorithm": "HmacSHA256",
+    "inter.worker.verification.algorithms": "HmacSHA256",
 }
 REQUIRED = {"standalone": ("key.converter", "value.converter", "offset.storage.file.filename"),
             "distributed": ("key.converter", "value.converter", "group.id", "config.storage.topic",
@@ -73,7 +78,15 @@ class WorkerConfig:
             if not self.props[key].isdigit():
                 raise ConfigError(f"{key}={self.props[key]!r} is not a number of milliseconds")
         if self.props["connect.protocol"] not in ("eager", "compatible", "sessioned"):
-            raise ConfigError(f"connect.protocol={self.props['connect.protocol']!r}: use eager or compatible")
+            raise ConfigError(f"connect.protocol={self.props['connect.protocol']!r}: use eager, compatible or "
+                              "sessioned")
+        from connect.signing import DIGESTS
+        for key in ("inter.worker.key.generation.algorithm", "inter.worker.signature.algorithm"):
+            if self.props[key] not in DIGESTS:
+                raise ConfigError(f"{key}={self.props[key]!r}: use one of {', '.join(DIGESTS)}")
+        if not self.props["inter.worker.key.ttl.ms"].isdigit():
+            raise ConfigError(f"inter.worker.key.ttl.ms={self.props['inter.worker.key.ttl.ms']!r} is not a number "
+                              "of milliseconds")
         if self.props["exactly.once.source.support"] not in ("disabled", "preparing", "enabled"):
             raise ConfigError("exactly.once.source.support must be disabled, preparing or enabled")
         if mode == "standalone" and self.props["exactly.once.source.support"] != "disabled":
@@ -140,7 +153,9 @@ COMMON_DEF = (
     ConfigKey("predicates", "LIST", "", importance="LOW", group="Predicates",
               documentation="Aliases for the predicates used by transformations."),
     ConfigKey("errors.tolerance", "STRING", "none", importance="MEDIUM", group="Error Handling",
-              documentation="Behavior for tolerating errors during connector operation: none fails the task."),
+              documentation="Behavior for tolerating errors during connector operation: none fails the task; all "
+                            "skips a record whose conversion or transformation failed (a sink puts it in the "
+                            "dead letter queue when one is named)."),
 )
 SOURCE_DEF = (
     ConfigKey("exactly.once.support", "STRING", "requested", importance="MEDIUM", group=COMMON,
@@ -156,6 +171,15 @@ SINK_DEF = (
               documentation="List of topics to consume, separated by commas"),
     ConfigKey("topics.regex", "STRING", "", importance="HIGH", group=COMMON,
               documentation="Regular expression giving topics to consume."),
+    ConfigKey("errors.deadletterqueue.topic.name", "STRING", "", importance="MEDIUM", group="Error Handling",
+              documentation="The topic for records that failed conversion or transformation (with "
+                            "errors.tolerance=all); empty: none."),
+    ConfigKey("errors.deadletterqueue.topic.replication.factor", "INT", 3, importance="MEDIUM",
+              group="Error Handling", documentation="Replication factor of the dead letter queue topic when the "
+                                                    "worker creates it."),
+    ConfigKey("errors.deadletterqueue.context.headers.enable", "BOOLEAN", False, importance="MEDIUM",
+              group="Error Handling", documentation="Add __connect.errors.* headers saying where and why the "
+                                                    "record failed."),
 )
 
 
@@ -242,9 +266,9 @@ def validate(props: dict[str, str], plugins: Plugins, exactly_once_enabled: bool
                                                    "default value.")
         elif (message := _int_error(props, key)) is not None:
             errors.setdefault(key.name, []).append(message)
-    if props.get("errors.tolerance", "none") != "none":
+    if props.get("errors.tolerance", "none") not in ("none", "all"):
         errors["errors.tolerance"] = [f"Invalid value {props['errors.tolerance']} for configuration "
-                                      "errors.tolerance: only none (fail the task) is supported here"]
+                                      "errors.tolerance: String must be one of: none, all"]
     if "tasks.max" not in errors and int(props.get("tasks.max", 1)) < 1:
         errors["tasks.max"] = [f"Invalid value {props['tasks.max']} for configuration tasks.max: "
                                "Value must be at least 1"]

@@ -29,10 +29,13 @@ from kafka.coordinator.base import BaseCoordinator
 from kafka.net.compat import KafkaNetClient
 
 from connect import protocol
+from connect.api import ConnectError
 from connect.config import WorkerConfig
-from connect.herder import AlreadyExists, Forward, Herder, MemoryStatusStore, NotFound, NotLeader, Status
+from connect.herder import (AlreadyExists, BadRequest, ConnectRestError, Forward, Herder, MemoryStatusStore,
+                            NotFound, NotLeader, Rebalancing, Status)
 from connect.plugins import Plugins
 from connect.protocol import CONNECTOR_TASK, Work
+from connect.signing import SessionKey, SignatureError, signature_headers, verify
 from connect.kafkalog import KafkaBasedLog
 from connect.worker import OffsetStore, TaskId, Worker
 
@@ -41,6 +44,8 @@ log = logging.getLogger("connect.distributed")
 HERDER_TICK_S = 0.2
 JOIN_TIMEOUT_MS = 1000
 TASK_CONFIGS_POST_TIMEOUT_S = 30.0
+FENCING_TIMEOUT_S = 60.0        # a task waits this long for its zombie fencing, then FAILS
+FENCING_RETRY_BACKOFF_S = 0.5   # between attempts (no leader yet, a rebalance)
 # librdkafka client settings -> kafka-python keyword arguments, for the group membership client.
 KAFKA_PYTHON_NAMES = {"bootstrap.servers": "bootstrap_servers", "security.protocol": "security_protocol",
                       "sasl.mechanism": "sasl_mechanism", "sasl.mechanisms": "sasl_mechanism",
@@ -53,6 +58,11 @@ def _json(value) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+def _target_state_value(state: str) -> dict:
+    """A target-state-<name> record: STOPPED (KIP-875) is state.v2, with PAUSED for older workers."""
+    return {"state": "PAUSED", "state.v2": "STOPPED"} if state == "STOPPED" else {"state": state}
+
+
 class ConfigState:
     """The config topic, as read so far."""
 
@@ -63,6 +73,13 @@ class ConfigState:
         self.target_states: dict[str, str] = {}
         self.pending_tasks: dict[str, dict[int, dict[str, str]]] = {}
         self.restarts: list[tuple[str, bool, bool]] = []
+        # KIP-618: the task count the last zombie fencing recorded (tasks-fencing-<name>), how
+        # many task config sets were committed, and which connectors' newest task set has not
+        # been fenced for yet (a commit-<name> after the last tasks-fencing-<name>)
+        self.session_key: SessionKey | None = None  # KIP-507, written by the leader
+        self.task_count_records: dict[str, int] = {}
+        self.task_generations: dict[str, int] = {}
+        self.pending_fencing: set[str] = set()
         self.offset = 0  # the offset after the last record read
         self.changed = threading.Event()
 
@@ -73,8 +90,10 @@ class ConfigState:
             if key.startswith("connector-"):
                 name = key[len("connector-"):]
                 if value is None:
-                    for table in (self.connectors, self.tasks, self.target_states, self.pending_tasks):
+                    for table in (self.connectors, self.tasks, self.target_states, self.pending_tasks,
+                                  self.task_count_records):
                         table.pop(name, None)
+                    self.pending_fencing.discard(name)
                 else:
                     self.connectors[name] = value["properties"]
             elif key.startswith("task-"):
@@ -86,6 +105,8 @@ class ConfigState:
                 pending, count = self.pending_tasks.pop(name, {}), value["tasks"]
                 if all(i in pending for i in range(count)):
                     self.tasks[name] = [pending[i] for i in range(count)]
+                    self.task_generations[name] = self.task_generations.get(name, 0) + 1
+                    self.pending_fencing.add(name)
                 else:
                     log.error("config topic: commit-%s names %d tasks, only %s were written", name, count,
                               sorted(pending))
@@ -95,6 +116,12 @@ class ConfigState:
                     self.target_states.pop(name, None)
                 else:
                     self.target_states[name] = value.get("state.v2", value["state"])
+            elif key == "session-key" and value is not None:
+                self.session_key = SessionKey.from_record(value)
+            elif key.startswith("tasks-fencing-") and value is not None:
+                name = key[len("tasks-fencing-"):]
+                self.task_count_records[name] = value["task-count"]
+                self.pending_fencing.discard(name)
             elif key.startswith("restart-connector-") and value is not None:
                 self.restarts.append((key[len("restart-connector-"):], value.get("include-tasks", False),
                                       value.get("only-failed", False)))
@@ -127,6 +154,10 @@ class KafkaOffsetStore(OffsetStore):
 
     def get(self, key):
         return self.data.get(key)
+
+    def entries(self):
+        self.log.read_to_end()
+        return dict(self.data)
 
     def put_all(self, offsets):
         for key, value in offsets.items():
@@ -204,10 +235,13 @@ class DistributedHerder(Herder):
                                         replication_factor=config.int("config.storage.replication.factor"))
         self.offsets = KafkaOffsetStore(config, clients)
         self.worker = Worker(config, plugins, self.offsets, self.status, worker_id)
+        self.worker.before_exactly_once_producer = self._fence_before_producer
+        self.fencing_lock = threading.Lock()  # one zombie fencing at a time on the leader
         self.assignor = protocol.IncrementalAssignor(config.int("scheduled.rebalance.max.delay.ms"))
         self.running: set[Work] = set()
         self.leader_url: str | None = None
         self.is_leader = False
+        self.sessioned = False  # the group chose connect.protocol sessioned: internal requests are signed
         self.pending_assignment: tuple | None = None
         self.rejoin_at: float | None = None
         self.publish_pending: set[str] = set()  # connectors whose task configs the leader has not stored
@@ -236,6 +270,7 @@ class DistributedHerder(Herder):
                 self.coordinator.poll_heartbeat()
                 self._apply_assignment()
                 self._apply_config_changes()
+                self._rotate_session_key()
                 for name in sorted(self.publish_pending):
                     self._publish_task_configs(name)
                 if self.rejoin_at is not None and time.monotonic() >= self.rejoin_at:
@@ -264,7 +299,7 @@ class DistributedHerder(Herder):
         full, revoked, delay_ms = self.assignor.assign(members, configured, int(time.monotonic() * 1000))
         log.info("assignment (delay %d ms): %s; revoked %s", delay_ms,
                  {m: sorted(map(str, w)) for m, w in full.items()}, {m: sorted(map(str, w)) for m, w in revoked.items()})
-        return {m: protocol.encode_assignment(1, protocol.Assignment(
+        return {m: protocol.encode_assignment(protocol.VERSIONS[protocol_name], protocol.Assignment(
             protocol.NO_ERROR, leader_id, self.url, offset,
             full[m] - (members[m].allocation or frozenset()),  # KIP-415: only what is new to the member
             revoked[m], delay_ms)) for m in members}
@@ -287,6 +322,7 @@ class DistributedHerder(Herder):
             self.pending_assignment = None
             self.status.generation = generation
             self.leader_url, self.is_leader = a.leader_url, a.leader == member_id
+            self.sessioned = protocol_name == "sessioned"
             if a.error == protocol.CONFIG_MISMATCH:
                 self.config_log.read_to_end()
                 self.coordinator.request_rejoin()
@@ -333,7 +369,11 @@ class DistributedHerder(Herder):
                 changed_tasks = {w for w in mine if w.task != CONNECTOR_TASK and tasks.get(name) != old_tasks.get(name)}
                 self._restart_work(changed_tasks)
                 if states.get(name) != old_states.get(name):
-                    self.worker.set_target_state(name, states.get(name, "STARTED"))
+                    state, old_state = states.get(name, "STARTED"), old_states.get(name, "STARTED")
+                    if "STOPPED" in (state, old_state) and Work(name) in mine:
+                        self._restart_work({Work(name)})  # _start_work leaves a STOPPED connector stopped
+                    if state != "STOPPED":
+                        self.worker.set_target_state(name, state)
             for name, include_tasks, only_failed in restarts:
                 works = {w for w in self.running if w.connector == name
                          and (include_tasks or w.task == CONNECTOR_TASK)
@@ -362,7 +402,9 @@ class DistributedHerder(Herder):
             if w.connector not in self.configs:
                 continue
             state = self.target_states.get(w.connector, "STARTED")
-            if w.task == CONNECTOR_TASK:
+            if w.task == CONNECTOR_TASK and state == "STOPPED":
+                self.status.on_status(w.connector, None, "STOPPED")
+            elif w.task == CONNECTOR_TASK:
                 if self.worker.start_connector(w.connector, self.configs[w.connector], state,
                                                on_reconfigure=self._request_reconfiguration):
                     self.publish_pending.add(w.connector)
@@ -389,9 +431,10 @@ class DistributedHerder(Herder):
             return
         if self.leader_url is None:
             return
+        body = json.dumps(configs).encode()
         request = urllib.request.Request(f"{self.leader_url.rstrip('/')}/connectors/{name}/tasks?forward=true",
-                                         data=json.dumps(configs).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **self._signed(body)})
         try:
             urllib.request.urlopen(request, timeout=TASK_CONFIGS_POST_TIMEOUT_S).close()
         except (urllib.error.URLError, OSError) as e:
@@ -399,6 +442,39 @@ class DistributedHerder(Herder):
                      self.leader_url, e)
             return
         self.publish_pending.discard(name)
+
+    # KIP-507: the session key and the signatures of internal requests
+    def _rotate_session_key(self) -> None:
+        """The leader writes a new session key when there is none or it is older than its TTL."""
+        if not (self.is_leader and self.sessioned):
+            return
+        now_ms = int(time.time() * 1000)
+        key = self.config_state.session_key
+        if key is not None and now_ms < key.creation_timestamp_ms + self.config.int("inter.worker.key.ttl.ms"):
+            return
+        size = self.config.get("inter.worker.key.size")
+        key = SessionKey.generate(self.config["inter.worker.key.generation.algorithm"], now_ms,
+                                  int(size) if size else None)
+        self.config_log.send(b"session-key", _json(key.record()))
+        self._write_and_read()
+        log.info("wrote a new session key (%s)", key.algorithm)
+
+    def _signed(self, body: bytes) -> dict[str, str]:
+        key = self.config_state.session_key
+        if not self.sessioned or key is None:
+            return {}
+        return signature_headers(key, self.config["inter.worker.signature.algorithm"], body)
+
+    def verify_internal_request(self, body: bytes, headers) -> None:
+        if not self.sessioned:
+            return
+        algorithms = [a.strip() for a in self.config["inter.worker.verification.algorithms"].split(",") if a.strip()]
+        try:
+            verify(self.config_state.session_key, algorithms, body, headers)
+        except SignatureError as e:
+            error = ConnectRestError(e.message)
+            error.status = e.status
+            raise error from None
 
     # leader-only writes
     def _require_leader(self) -> None:
@@ -410,6 +486,64 @@ class DistributedHerder(Herder):
             self.config_log.send(f"task-{name}-{i}".encode(), _json({"properties": props}))
         self.config_log.send(f"commit-{name}".encode(), _json({"tasks": len(configs)}))
         self.config_log.flush()
+
+    def fence_zombies(self, name: str) -> None:
+        """KIP-618 zombie fencing, by the leader (PUT /connectors/<name>/fence): before a new
+        generation of a source connector's tasks runs with exactly-once support, the producers
+        of the previous generation's task ids, as many as its tasks-fencing-<name> record
+        counted, are fenced; then tasks-fencing-<name> {"task-count": n} records the new
+        generation's count, so the next fencing knows which ids to fence. Nothing to fence the
+        first time (no record: no transactional producer ever ran) or when one task follows
+        one task (the new task's own InitProducerId fences its predecessor)."""
+        self._require_leader()
+        with self.fencing_lock:
+            self.config_log.read_to_end()
+            self._sync_views()
+            self._require(name)
+            if self.connector_type(name) != "source":
+                raise BadRequest(f"Connector {name} is not a source connector")
+            with self.config_state.lock:
+                if name not in self.config_state.pending_fencing:
+                    return  # the newest task set has been fenced for already
+                previous = self.config_state.task_count_records.get(name)
+                task_count = len(self.config_state.tasks.get(name, []))
+                generation = self.config_state.task_generations.get(name, 0)
+            fenced = previous if previous is not None and (previous, task_count) != (1, 1) else 0
+            self.worker.fence_producers(name, fenced)
+            self.config_log.read_to_end()
+            with self.config_state.lock:
+                if self.config_state.task_generations.get(name, 0) != generation:
+                    raise Rebalancing(f"Zombie fencing for {name} raced with a reconfiguration of its tasks")
+            self.config_log.send(f"tasks-fencing-{name}".encode(), _json({"task-count": task_count}))
+            self._write_and_read()
+            log.info("connector %s: zombie fencing done (%d task ids fenced; the new generation has %d tasks)",
+                     name, fenced, task_count)
+
+    def _fence_before_producer(self, task_id: TaskId, stopping: threading.Event) -> None:
+        """On an exactly-once source task's thread: have the leader fence the connector's zombie
+        producers (forwarded as PUT /connectors/<name>/fence when another worker leads)."""
+        deadline = time.monotonic() + FENCING_TIMEOUT_S
+        while True:
+            with self.config_state.lock:
+                if task_id.connector not in self.config_state.pending_fencing:
+                    return
+            try:
+                if self.is_leader:
+                    self.fence_zombies(task_id.connector)
+                elif self.leader_url is None:
+                    raise Rebalancing("no leader yet")
+                else:
+                    request = urllib.request.Request(
+                        f"{self.leader_url.rstrip('/')}/connectors/{task_id.connector}/fence?forward=true",
+                        method="PUT", headers={"Content-Type": "application/json", **self._signed(b"")})
+                    urllib.request.urlopen(request, timeout=FENCING_TIMEOUT_S).close()
+                    self.config_log.read_to_end()  # the leader's tasks-fencing record
+                return
+            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError) as e:
+                if stopping.is_set() or time.monotonic() > deadline:
+                    raise ConnectError(f"zombie fencing for connector {task_id.connector} failed: {e}") from e
+                log.info("task %s: zombie fencing not done yet (%s); trying again", task_id, e)
+                stopping.wait(FENCING_RETRY_BACKOFF_S)
 
     def put_task_configs(self, name: str, configs: list[dict]) -> None:
         self._require_leader()
@@ -426,7 +560,7 @@ class DistributedHerder(Herder):
         if not created and not allow_replace:
             raise AlreadyExists(f"Connector {name} already exists")
         if created:
-            self.config_log.send(f"target-state-{name}".encode(), _json({"state": initial_state}))
+            self.config_log.send(f"target-state-{name}".encode(), _json(_target_state_value(initial_state)))
         self.config_log.send(f"connector-{name}".encode(), _json({"properties": props}))
         self._write_and_read()
         return created, self.connector_info(name)
@@ -437,6 +571,30 @@ class DistributedHerder(Herder):
         self.config_log.send(f"connector-{name}".encode(), None)
         self.config_log.send(f"target-state-{name}".encode(), None)
         self._write_and_read()
+
+    def offset_store(self):
+        return self.offsets
+
+    def stop_connector(self, name: str) -> None:
+        """KIP-875: target state STOPPED, then an empty set of task configs, so every task stops
+        and the connector's offsets may be altered or reset."""
+        self._require_leader()
+        self._require(name)
+        self.config_log.send(f"target-state-{name}".encode(), _json(_target_state_value("STOPPED")))
+        self._write_task_configs(name, [])
+        self._write_and_read()
+
+    def alter_offsets(self, name: str, offsets) -> str:
+        self._require_leader()  # the leader reads the config topic to its end: is it STOPPED?
+        self.config_log.read_to_end()
+        self._sync_views()
+        return super().alter_offsets(name, offsets)
+
+    def reset_offsets(self, name: str) -> str:
+        self._require_leader()
+        self.config_log.read_to_end()
+        self._sync_views()
+        return super().reset_offsets(name)
 
     def pause_connector(self, name: str) -> None:
         self._set_target_state(name, "PAUSED")

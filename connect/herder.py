@@ -6,13 +6,16 @@ worker runs. Its operations are synchronous; the REST server calls them off its 
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 
 from connect.api import SinkConnector
 from connect.config import WorkerConfig, validate, validation_errors
 from connect.plugins import PluginNotFound, Plugins
-from connect.worker import StatusListener, TaskId
+from connect.worker import OffsetStore, StatusListener, TaskId, offset_key
+
+ADMIN_TIMEOUT_S = 30.0
 
 
 class ConnectRestError(Exception):
@@ -116,6 +119,113 @@ class Herder:
 
     def put_task_configs(self, name: str, configs: list[dict]) -> None:
         raise BadRequest("task configs are written by a distributed cluster's leader only")
+
+    # KIP-875: a connector's offsets, read at any time, altered or reset only while it is STOPPED
+    def offset_store(self) -> OffsetStore:
+        """The source offsets, read up to date (subclasses)."""
+        raise NotImplementedError
+
+    def connector_offsets(self, name: str) -> list[dict]:
+        """[{"partition": ..., "offset": ...}]: a source's offsets from the offset store, a sink's
+        from its consumer group connect-<name>, in Connect's shapes."""
+        self._require(name)
+        if self.connector_type(name) == "sink":
+            return self._sink_offsets(name)
+        result = []
+        for key, value in self.offset_store().entries().items():
+            connector, partition = json.loads(key)
+            if connector == name and value is not None:
+                result.append({"partition": partition, "offset": json.loads(value)})
+        return result
+
+    def _sink_offsets(self, name: str) -> list[dict]:
+        """The committed offsets of group connect-<name> on the partitions of the sink's topics
+        (OffsetFetch, asked by a consumer that does not join the group)."""
+        import re
+
+        from confluent_kafka import Consumer, TopicPartition
+        props = self.configs[name]
+        consumer = Consumer({**self.config.client_configs("consumer"), "group.id": f"connect-{name}",
+                             "enable.auto.commit": False, "log_level": 0})
+        try:
+            metadata = consumer.list_topics(timeout=ADMIN_TIMEOUT_S)
+            topics = {t.strip() for t in props.get("topics", "").split(",") if t.strip()}
+            pattern = re.compile(props["topics.regex"]) if props.get("topics.regex") else None
+            partitions = [TopicPartition(topic, p) for topic, t in sorted(metadata.topics.items())
+                          if topic in topics or (pattern is not None and pattern.fullmatch(topic))
+                          for p in sorted(t.partitions)]
+            committed = consumer.committed(partitions, timeout=ADMIN_TIMEOUT_S) if partitions else []
+        finally:
+            consumer.close()
+        return [{"partition": {"kafka_topic": tp.topic, "kafka_partition": tp.partition},
+                 "offset": {"kafka_offset": tp.offset}} for tp in committed if tp.offset >= 0]
+
+    def _require_stopped(self, name: str) -> None:
+        self._require(name)
+        if self.target_states.get(name) != "STOPPED" or self.task_props.get(name):
+            raise BadRequest("Connectors must be in the STOPPED state before their offsets can be modified. This can "
+                             f"be done for the specified connector by issuing a 'PUT' request to the "
+                             f"'/connectors/{name}/stop' endpoint")
+
+    def alter_offsets(self, name: str, offsets) -> str:
+        self._require_stopped(name)
+        if not isinstance(offsets, list) or not offsets or not all(
+                isinstance(o, dict) and isinstance(o.get("partition"), dict) and "offset" in o
+                and (o["offset"] is None or isinstance(o["offset"], dict)) for o in offsets):
+            raise BadRequest("The request body must be {\"offsets\": [{\"partition\": {...}, \"offset\": {...} or "
+                             "null}, ...]} with at least one partition")
+        if self.connector_type(name) == "sink":
+            from confluent_kafka import Consumer, TopicPartition
+            partitions = []
+            for o in offsets:
+                topic, partition = o["partition"].get("kafka_topic"), o["partition"].get("kafka_partition")
+                offset = (o["offset"] or {}).get("kafka_offset")
+                if not isinstance(topic, str) or not isinstance(partition, int):
+                    raise BadRequest("A sink connector's partition is {\"kafka_topic\": ..., \"kafka_partition\": ...}")
+                if not isinstance(offset, int) or offset < 0:
+                    raise BadRequest("A sink connector's offset is {\"kafka_offset\": <a non-negative integer>}; "
+                                     "removing one partition's offset (null) is not supported here, DELETE resets all")
+                partitions.append(TopicPartition(topic, partition, offset))
+            # a consumer outside the group commits for it: the group is empty, its sink stopped
+            consumer = Consumer({**self.config.client_configs("consumer"), "group.id": f"connect-{name}",
+                                 "enable.auto.commit": False, "log_level": 0})
+            try:
+                consumer.commit(offsets=partitions, asynchronous=False)
+            finally:
+                consumer.close()
+        else:
+            self.offset_store().put_all({
+                offset_key(name, o["partition"]):
+                    None if o["offset"] is None else json.dumps(o["offset"], separators=(",", ":")).encode()
+                for o in offsets})
+        return "The offsets for this connector have been altered successfully"
+
+    def reset_offsets(self, name: str) -> str:
+        self._require_stopped(name)
+        if self.connector_type(name) == "sink":
+            from confluent_kafka import KafkaError, KafkaException
+            group = f"connect-{name}"
+            try:
+                self._admin().delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                    ADMIN_TIMEOUT_S)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                    raise
+        else:
+            store = self.offset_store()
+            store.put_all({key: None for key, value in store.entries().items()
+                           if value is not None and json.loads(key)[0] == name})
+        return "The offsets for this connector have been reset successfully"
+
+    def _admin(self):
+        from confluent_kafka.admin import AdminClient
+        return AdminClient({**self.config.client_configs("admin"), "log_level": 0})
+
+    def verify_internal_request(self, body: bytes, headers) -> None:
+        """KIP-507: raise (400/403) unless an internal request is signed; only sessioned groups sign."""
+
+    def fence_zombies(self, name: str) -> None:
+        raise BadRequest("zombie fencing is done by a distributed cluster's leader only")
 
     # reads
     def connectors(self) -> list[str]:

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 CONNECTOR_TASK = -1
 NO_ERROR, CONFIG_MISMATCH = 0, 1
 PROTOCOLS = {"eager": [("default", 0)], "compatible": [("compatible", 1), ("default", 0)]}
-# sessioned (v2, KIP-507) adds request signing with a session key, which is not implemented:
-# a worker configured with it offers the compatible protocol.
-PROTOCOLS["sessioned"] = PROTOCOLS["compatible"]
+# sessioned (v2, KIP-507): v1's formats; a group that chose it signs its internal requests
+# (connect/signing.py).
+PROTOCOLS["sessioned"] = [("sessioned", 2)] + PROTOCOLS["compatible"]
+VERSIONS = {"default": 0, "compatible": 1, "sessioned": 2}
 
 
 @dataclass(frozen=True, order=True)

@@ -48,11 +48,16 @@ class RestServer:
         r.add_get("/connectors/{name}/status", self.get_status)
         r.add_get("/connectors/{name}/tasks", self.get_tasks)
         r.add_post("/connectors/{name}/tasks", self.put_task_configs)  # internal: a worker to the leader
+        r.add_put("/connectors/{name}/fence", self.fence)  # internal (KIP-618): a worker to the leader
         r.add_get("/connectors/{name}/tasks/{task}/status", self.get_task_status)
         r.add_post("/connectors/{name}/tasks/{task}/restart", self.restart_task)
         r.add_post("/connectors/{name}/restart", self.restart_connector)
         r.add_put("/connectors/{name}/pause", self.pause)
         r.add_put("/connectors/{name}/resume", self.resume)
+        r.add_put("/connectors/{name}/stop", self.stop_connector)
+        r.add_get("/connectors/{name}/offsets", self.get_offsets)
+        r.add_patch("/connectors/{name}/offsets", self.alter_offsets)
+        r.add_delete("/connectors/{name}/offsets", self.reset_offsets)
         r.add_get("/connector-plugins", self.plugins)
         r.add_get("/connector-plugins/{plugin}/config", self.plugin_config)
         r.add_put("/connector-plugins/{plugin}/config/validate", self.validate)
@@ -95,8 +100,9 @@ class RestServer:
         body = await request.read()
         try:
             async with ClientSession(timeout=ClientTimeout(total=FORWARD_TIMEOUT_S)) as session:
+                signature = {k: v for k, v in request.headers.items() if k.lower().startswith("x-connect-")}
                 async with session.request(request.method, url, params=query, data=body or None,
-                                           headers={"Content-Type": "application/json"}) as response:
+                                           headers={"Content-Type": "application/json", **signature}) as response:
                     payload = await response.read()
                     headers = {k: v for k, v in response.headers.items() if k in ("Location", "Content-Type")}
                     return web.Response(body=payload, status=response.status, headers=headers)
@@ -147,10 +153,8 @@ class RestServer:
         initial_state = body.get("initial_state", "RUNNING")
         if initial_state not in ("RUNNING", "PAUSED", "STOPPED"):
             raise BadRequest(f"Invalid initial state {initial_state}")
-        if initial_state == "STOPPED":
-            raise BadRequest("initial_state STOPPED is not supported by this worker")
         _, info = await self._call(self.herder.put_connector_config, name, {**config, "name": name}, False,
-                                   "PAUSED" if initial_state == "PAUSED" else "STARTED")
+                                   "STARTED" if initial_state == "RUNNING" else initial_state)
         return _json(info, 201, {"Location": f"/connectors/{name}"})
 
     async def get_connector(self, request):
@@ -190,10 +194,16 @@ class RestServer:
         return _json(self.herder.task_configs(request.match_info["name"]))
 
     async def put_task_configs(self, request):
+        self.herder.verify_internal_request(await request.read(), request.headers)
         body = await self._body(request)
         if not isinstance(body, list):
             raise BadRequest("Request body must be a list of task configs")
         await self._call(self.herder.put_task_configs, request.match_info["name"], body)
+        return web.Response(status=204)
+
+    async def fence(self, request):
+        self.herder.verify_internal_request(await request.read(), request.headers)
+        await self._call(self.herder.fence_zombies, request.match_info["name"])
         return web.Response(status=204)
 
     def _task(self, request) -> int:
@@ -225,6 +235,23 @@ class RestServer:
     async def resume(self, request):
         await self._call(self.herder.resume_connector, request.match_info["name"])
         return web.Response(status=202)
+
+    async def stop_connector(self, request):
+        await self._call(self.herder.stop_connector, request.match_info["name"])
+        return web.Response(status=204)
+
+    async def get_offsets(self, request):
+        """KIP-875: {"offsets": [{"partition": {...}, "offset": {...}}]}."""
+        return _json({"offsets": await self._call(self.herder.connector_offsets, request.match_info["name"])})
+
+    async def alter_offsets(self, request):
+        body = await self._body(request)
+        offsets = body.get("offsets") if isinstance(body, dict) else None
+        message = await self._call(self.herder.alter_offsets, request.match_info["name"], offsets)
+        return _json({"message": message})
+
+    async def reset_offsets(self, request):
+        return _json({"message": await self._call(self.herder.reset_offsets, request.match_info["name"])})
 
     async def plugins(self, request):
         return _json(self.herder.plugins.connector_plugins())

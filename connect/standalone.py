@@ -31,9 +31,17 @@ class FileOffsetStore(OffsetStore):
         value = self.data.get(key.decode())
         return None if value is None else value.encode()
 
+    def entries(self):
+        with self.lock:
+            return {k.encode(): v.encode() for k, v in self.data.items()}
+
     def put_all(self, offsets):
         with self.lock:
-            self.data.update({k.decode(): v.decode() for k, v in offsets.items()})
+            for k, v in offsets.items():
+                if v is None:
+                    self.data.pop(k.decode(), None)
+                else:
+                    self.data[k.decode()] = v.decode()
             temporary = self.path + ".tmp"
             with open(temporary, "w", encoding="utf-8") as f:
                 json.dump(self.data, f)
@@ -60,7 +68,11 @@ class StandaloneHerder(Herder):
                 self._stop(name)
             self.configs[name] = props
             self.target_states.setdefault(name, initial_state)
-            self._start(name)
+            if self.target_states[name] == "STOPPED":
+                self.task_props[name] = []
+                self.status.on_status(name, None, "STOPPED")
+            else:
+                self._start(name)
             return created, self.connector_info(name)
 
     def delete_connector(self, name: str) -> None:
@@ -71,8 +83,20 @@ class StandaloneHerder(Herder):
                 table.pop(name, None)
             self.status.forget(name)
 
+    def offset_store(self):
+        return self.worker.offsets
+
     def pause_connector(self, name: str) -> None:
         self._set_target_state(name, "PAUSED")
+
+    def stop_connector(self, name: str) -> None:
+        """KIP-875: the connector and its tasks shut down, no task configs kept; status STOPPED."""
+        with self.lock:
+            self._require(name)
+            self._stop(name)
+            self.task_props[name] = []
+            self.target_states[name] = "STOPPED"
+            self.status.on_status(name, None, "STOPPED")
 
     def resume_connector(self, name: str) -> None:
         self._set_target_state(name, "STARTED")
@@ -107,8 +131,12 @@ class StandaloneHerder(Herder):
     def _set_target_state(self, name: str, state: str) -> None:
         with self.lock:
             self._require(name)
+            stopped = self.target_states[name] == "STOPPED"
             self.target_states[name] = state
-            self.worker.set_target_state(name, state)
+            if stopped:  # a stopped connector starts again, its tasks from new task configs
+                self._start(name)
+            else:
+                self.worker.set_target_state(name, state)
 
     def _start(self, name: str) -> None:
         if self._start_connector(name):

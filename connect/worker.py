@@ -62,8 +62,12 @@ class OffsetStore:
     def get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
 
-    def put_all(self, offsets: dict[bytes, bytes]) -> None:
-        """Write durably; returns once the offsets are stored."""
+    def put_all(self, offsets: dict[bytes, bytes | None]) -> None:
+        """Write durably (None removes a key); returns once the offsets are stored."""
+        raise NotImplementedError
+
+    def entries(self) -> dict[bytes, bytes]:
+        """Every stored key and offset, up to date."""
         raise NotImplementedError
 
 
@@ -204,17 +208,28 @@ class WorkerSourceTask(_TaskThread):
         self.task.commit()
 
 
+def task_transactional_id(group_id: str, connector: str, task: int) -> str:
+    """KIP-618: the transactional.id of a source task's producer with exactly-once support."""
+    return f"{group_id}-{connector}-{task}"
+
+
 class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
     """KIP-618 (exactly.once.source.support=enabled), transaction.boundary=poll: each poll's
     records and the source offsets they reach are written in one transaction, by a producer
     whose transactional.id is <group.id>-<connector>-<task>. A task restarted elsewhere
     initialises the same transactional id, which aborts whatever its killed predecessor left
-    open, and resumes from the offsets committed with the last committed records (CON-2)."""
+    open, and resumes from the offsets committed with the last committed records (CON-2).
+
+    Before its producer exists the task asks the cluster's leader to fence the producers of
+    the connector's earlier task generations (Worker.before_exactly_once_producer): a zombie
+    task id that the new generation no longer has would otherwise keep committing records
+    that a new task also writes."""
 
     def open_producer(self) -> Producer:
         config = self.worker.config
+        self.worker.before_exactly_once_producer(self.id, self.stopping)
         producer = self.worker.make_producer(
-            self.id, transactional_id=f"{config['group.id']}-{self.id.connector}-{self.id.task}")
+            self.id, transactional_id=task_transactional_id(config["group.id"], self.id.connector, self.id.task))
         producer.init_transactions(config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S)
         return producer
 
@@ -241,6 +256,48 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
         """Nothing to do: every batch's offsets were committed with its records."""
 
 
+ERROR_HEADER_PREFIX = "__connect.errors."  # Connect's DeadLetterQueueReporter header names
+
+
+class DeadLetterQueue:
+    """errors.deadletterqueue.topic.name: a sink record that failed conversion or transformation
+    is produced there as it was consumed (key, value, headers), with, when
+    errors.deadletterqueue.context.headers.enable=true, __connect.errors.* headers naming its
+    origin, the stage and class that failed, and the exception."""
+
+    def __init__(self, worker: Worker, task_id: TaskId, props: dict[str, str]) -> None:
+        self.topic, self.task_id = props["errors.deadletterqueue.topic.name"], task_id
+        self.context_headers = props.get("errors.deadletterqueue.context.headers.enable", "false").lower() == "true"
+        self.send_error: KafkaError | None = None
+        worker.ensure_topic(self.topic, int(props.get("errors.deadletterqueue.topic.replication.factor", 3)))
+        self.producer = Producer({**worker.config.client_configs("producer"), "acks": "all",
+                                  "client.id": f"connector-dlq-producer-{task_id}"})
+
+    def report(self, message, stage: str, failed_class: str, error: Exception) -> None:
+        headers = list(message.headers() or [])
+        if self.context_headers:
+            context = {"topic": message.topic(), "partition": str(message.partition()),
+                       "offset": str(message.offset()), "connector.name": self.task_id.connector,
+                       "task.id": str(self.task_id.task), "stage": stage, "class.name": failed_class,
+                       "exception.class.name": f"{type(error).__module__}.{type(error).__qualname__}",
+                       "exception.message": str(error),
+                       "exception.stacktrace": "".join(traceback.format_exception(error))}
+            headers += [(ERROR_HEADER_PREFIX + name, value.encode()) for name, value in context.items()]
+        self.producer.produce(self.topic, key=message.key(), value=message.value(), headers=headers,
+                              on_delivery=self._on_delivery)
+        self.producer.poll(0)
+
+    def _on_delivery(self, error, _message) -> None:
+        if error is not None:
+            self.send_error = error
+
+    def flush(self, timeout_s: float) -> None:
+        """Before the offsets of the records reported are committed."""
+        if self.producer.flush(timeout_s) or self.send_error is not None:
+            raise ConnectError(f"the dead letter queue {self.topic} did not take a failed record: "
+                               f"{self.send_error or 'not acked in time'}")
+
+
 class WorkerSinkTask(_TaskThread):
     def execute(self) -> None:
         worker, props = self.worker, self.connector_props
@@ -251,6 +308,9 @@ class WorkerSinkTask(_TaskThread):
         self.committed: dict[tuple[str, int], int] = {}
         self.commit_requested = False
         self.healthy = False  # commits only while put and flush succeed
+        self.tolerate_all = props.get("errors.tolerance", "none") == "all"
+        self.dead_letters = DeadLetterQueue(worker, self.id, props) \
+            if self.tolerate_all and props.get("errors.deadletterqueue.topic.name") else None
         cls = worker.plugins.connector_class(props["connector.class"])().task_class()
         self.task = cls()
         self.task.initialize(SinkTaskContext(self._request_commit, lambda: list(self.current)))
@@ -296,13 +356,7 @@ class WorkerSinkTask(_TaskThread):
                 log.info("task %s: %s", self.id, message.error())  # e.g. a topic not created yet
                 continue
             topic = message.topic()
-            key_schema, key = self.key_converter.to_connect_data(topic, message.key())
-            value_schema, value = self.value_converter.to_connect_data(topic, message.value())
-            timestamp_type, timestamp_ms = message.timestamp()
-            record = self.chain.apply(SinkRecord(
-                topic=topic, kafka_partition=message.partition(), key_schema=key_schema, key=key,
-                value_schema=value_schema, value=value, timestamp_ms=timestamp_ms if timestamp_ms >= 0 else None,
-                headers=list(message.headers() or []), kafka_offset=message.offset()))
+            record = self._converted(message)
             if record is not None:
                 records.append(record)
             consumed[(topic, message.partition())] = message.offset() + 1
@@ -310,9 +364,35 @@ class WorkerSinkTask(_TaskThread):
             self.task.put(records)
         self.current.update(consumed)  # only what put accepted may be committed
 
+    def _converted(self, message) -> SinkRecord | None:
+        """The message converted and transformed; None when a transformation dropped it, or, with
+        errors.tolerance=all, when a stage failed (reported to the dead letter queue)."""
+        topic, stage, failed = message.topic(), "KEY_CONVERTER", self.key_converter
+        try:
+            key_schema, key = self.key_converter.to_connect_data(topic, message.key())
+            stage, failed = "VALUE_CONVERTER", self.value_converter
+            value_schema, value = self.value_converter.to_connect_data(topic, message.value())
+            stage, failed = "TRANSFORMATION", self.chain
+            _, timestamp_ms = message.timestamp()
+            return self.chain.apply(SinkRecord(
+                topic=topic, kafka_partition=message.partition(), key_schema=key_schema, key=key,
+                value_schema=value_schema, value=value, timestamp_ms=timestamp_ms if timestamp_ms >= 0 else None,
+                headers=list(message.headers() or []), kafka_offset=message.offset()))
+        except Exception as error:
+            if not self.tolerate_all:
+                raise
+            log.warning("task %s: %s failed on %s-%d@%d, skipped (errors.tolerance=all): %s", self.id, stage,
+                        topic, message.partition(), message.offset(), error)
+            if self.dead_letters is not None:
+                self.dead_letters.report(message, stage, f"{type(failed).__module__}.{type(failed).__qualname__}",
+                                         error)
+            return None
+
     def commit(self) -> None:
         """pre_commit (flush by default), then commit what it returned: after put, never before."""
         self.commit_requested = False
+        if self.dead_letters is not None:
+            self.dead_letters.flush(self.worker.config.int("offset.flush.timeout.ms") / 1000)
         offsets = self.task.pre_commit(dict(self.current))
         changed = {tp: o for tp, o in offsets.items() if self.committed.get(tp) != o}
         if changed:
@@ -396,6 +476,21 @@ class Worker:
         self.connectors: dict[str, WorkerConnector] = {}
         self.tasks: dict[TaskId, _TaskThread] = {}
         self.lock = threading.RLock()
+        # set by a distributed herder: called on the task's thread before an exactly-once
+        # task's producer is created; raises (the task FAILS) when the fencing cannot be done
+        self.before_exactly_once_producer = lambda task_id, stopping: None
+
+    def fence_producers(self, connector: str, task_count: int) -> None:
+        """Fence the transactional producers of tasks 0..task_count-1 of `connector`, as Kafka's
+        Admin.fenceProducers does: InitProducerId for each transactional id bumps its epoch, so
+        the old producer's open transaction is aborted and its next write is refused."""
+        timeout_s = self.config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S
+        for task in range(task_count):
+            transactional_id = task_transactional_id(self.config["group.id"], connector, task)
+            producer = Producer({**self.config.client_configs("producer"), "transactional.id": transactional_id,
+                                 "client.id": f"connector-fencer-{connector}-{task}"})
+            producer.init_transactions(timeout_s)
+            log.info("fenced the producers of transactional id %s", transactional_id)
 
     def make_producer(self, task_id: TaskId, transactional_id: str | None = None) -> Producer:
         # Connect's source producers: acks=all, one request in flight, so a partition keeps send
@@ -405,6 +500,18 @@ class Worker:
             else {"enable.idempotence": False, "max.in.flight.requests.per.connection": 1}
         return Producer({**self.config.client_configs("producer"), "acks": "all", "partitioner": "murmur2_random",
                          "client.id": f"connector-producer-{task_id}", "linger.ms": 5, **exactly_once})
+
+    def ensure_topic(self, topic: str, replication_factor: int) -> None:
+        """Create the topic (one partition) unless it exists, as Connect does for a dead letter queue."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({**self.config.client_configs("admin"), "log_level": 0})
+        if topic in admin.list_topics(timeout=10).topics:
+            return
+        try:
+            admin.create_topics([NewTopic(topic, 1, replication_factor)])[topic].result(TASK_STOP_TIMEOUT_S)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
     def make_consumer(self, group_id: str, task_id: TaskId) -> Consumer:
         # a subscribed topic that does not exist yet is looked for again every 5 s

@@ -32,6 +32,8 @@ DEFAULTS = {
     "replication.factor": "2",
     "sync.topic.configs.enabled": "true",
     "sync.topic.configs.interval.seconds": "600",
+    "sync.topic.acls.enabled": "true",
+    "sync.topic.acls.interval.seconds": "600",
     "config.properties.exclude": (r"follower\.replication\.throttled\.replicas, leader\.replication\.throttled\.replicas, "
                                   r"message\.timestamp\.difference\.max\.ms, message\.timestamp\.type, "
                                   r"unclean\.leader\.election\.enable, min\.insync\.replicas"),
@@ -43,6 +45,7 @@ DEFAULTS = {
     "sync.group.offsets.interval.seconds": "60",
     "emit.heartbeats.enabled": "true",
     "emit.heartbeats.interval.seconds": "1",
+    "heartbeats.replication.enabled": "true",
     "emit.offset-syncs.enabled": "true",
     "offset.lag.max": "100",
     "offset-syncs.topic.replication.factor": "3",
@@ -125,6 +128,8 @@ class FlowConfig:
     offset_storage_partitions: int
     sync_topic_configs: bool
     sync_topic_configs_interval_s: float
+    sync_topic_acls: bool
+    sync_topic_acls_interval_s: float
     refresh_topics: bool
     refresh_topics_interval_s: float
     emit_checkpoints: bool
@@ -133,6 +138,7 @@ class FlowConfig:
     sync_group_offsets_interval_s: float
     emit_heartbeats: bool
     emit_heartbeats_interval_s: float
+    replicate_heartbeats: bool         # heartbeats topics mirrored whatever `topics` says
     emit_offset_syncs: bool
     offset_lag_max: int
     offset_flush_interval_ms: int
@@ -164,11 +170,12 @@ class FlowConfig:
         return f"{self.source}-mm2-MirrorSourceConnector-0"
 
     def mirrors_topic(self, topic: str) -> bool:
-        """MM2's DefaultTopicFilter plus MirrorSourceConnector's rules: heartbeats topics always,
+        """MM2's DefaultTopicFilter plus MirrorSourceConnector's rules: heartbeats topics always
+        (unless heartbeats.replication.enabled=false),
         never internal topics, never a topic that came from the target (a cycle)."""
         if self.policy.is_internal_topic(topic) or self.policy.is_cycle(topic, self.target):
             return False
-        if self.policy.is_heartbeats_topic(topic):
+        if self.replicate_heartbeats and self.policy.is_heartbeats_topic(topic):
             return True
         return bool(self.topics.fullmatch(topic)) and not self.topics_exclude.fullmatch(topic)
 
@@ -275,6 +282,8 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         offset_storage_partitions=integer("offset.storage.partitions", 1),
         sync_topic_configs=boolean("sync.topic.configs.enabled"),
         sync_topic_configs_interval_s=seconds("sync.topic.configs.interval.seconds"),
+        sync_topic_acls=boolean("sync.topic.acls.enabled"),
+        sync_topic_acls_interval_s=seconds("sync.topic.acls.interval.seconds"),
         refresh_topics=boolean("refresh.topics.enabled"),
         refresh_topics_interval_s=seconds("refresh.topics.interval.seconds"),
         emit_checkpoints=boolean("emit.checkpoints.enabled"),
@@ -283,6 +292,7 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         sync_group_offsets_interval_s=seconds("sync.group.offsets.interval.seconds"),
         emit_heartbeats=boolean("emit.heartbeats.enabled"),
         emit_heartbeats_interval_s=seconds("emit.heartbeats.interval.seconds"),
+        replicate_heartbeats=boolean("heartbeats.replication.enabled"),
         emit_offset_syncs=boolean("emit.offset-syncs.enabled"),
         offset_lag_max=integer("offset.lag.max", 0),
         offset_flush_interval_ms=integer("offset.flush.interval.ms", 1),

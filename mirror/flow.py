@@ -34,8 +34,11 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, ConsumerGroupState,
                              ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition)
-from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewPartitions, NewTopic,
+from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AlterConfigOpType, ConfigEntry,
+                                  ConfigResource, ConfigSource, NewPartitions, NewTopic, ResourcePatternType,
                                   ResourceType)
+
+from mirror import acls
 
 from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, partition_count,
                             read_to_end, wait_reachable)
@@ -82,8 +85,9 @@ class Flow:
         self.inactive_groups_warned: set[str] = set()
         self.batch = Batch()
         self.copied_total = 0
-        self.due_s = {"refresh": 0.0, "config-sync": 0.0, "heartbeat": 0.0, "checkpoint": 0.0, "group-sync": 0.0,
-                      "commit": 0.0}
+        self.due_s = {"refresh": 0.0, "config-sync": 0.0, "acl-sync": 0.0, "heartbeat": 0.0, "checkpoint": 0.0,
+                      "group-sync": 0.0, "commit": 0.0}
+        self.source_has_authorizer = True  # until DescribeAcls says SECURITY_DISABLED
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -161,6 +165,9 @@ class Flow:
                     self._refresh_topics()
                 if self._due("config-sync", now_s, c.sync_topic_configs_interval_s if c.sync_topic_configs else None):
                     self._sync_topic_configs()
+                if self._due("acl-sync", now_s, c.sync_topic_acls_interval_s
+                             if c.sync_topic_acls and self.source_has_authorizer else None):
+                    self._sync_topic_acls()
                 try:
                     self._copy_one_poll()
                     if self._commit_due():
@@ -287,6 +294,34 @@ class Flow:
             except KafkaException as error:
                 log.warning("flow %s: cannot sync the configs of %s (%s); trying again at the next interval",
                             c.name, remote.name, error.args[0].str())
+
+    def _sync_topic_acls(self) -> None:
+        """Create in the target the source's topic ACLs, as MM2 rewrites them (mirror/acls.py).
+        A source without an authorizer has no ACLs: said once, never asked again."""
+        c = self.config
+        any_topic = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,
+                                     AclOperation.ANY, AclPermissionType.ANY)
+        try:
+            source_bindings = self.source_admin.describe_acls(any_topic, request_timeout=REQUEST_TIMEOUT_S).result()
+        except KafkaException as error:
+            if error.args[0].code() == KafkaError.SECURITY_DISABLED:
+                log.info("flow %s: cluster %s has no authorizer; no ACLs will be synced", c.name, c.source)
+                self.source_has_authorizer = False
+            else:
+                log.warning("flow %s: cannot read the source's topic ACLs (%s); trying again at the next interval",
+                            c.name, error.args[0].str())
+            return
+        wanted = acls.target_bindings(source_bindings, c.mirrors_topic,
+                                      lambda topic: self.policy.format_remote_topic(c.source, topic))
+        if not wanted:
+            return
+        try:
+            for future in self.target_admin.create_acls(wanted, request_timeout=REQUEST_TIMEOUT_S).values():
+                future.result()
+            log.info("flow %s: %d topic ACLs synced", c.name, len(wanted))
+        except KafkaException as error:
+            log.warning("flow %s: cannot create topic ACLs in %s (%s); trying again at the next interval",
+                        c.name, c.target, error.args[0].str())
 
     def _start_offset(self, topic: str, partition: int) -> int:
         last = self.progress.get((topic, partition))

@@ -71,6 +71,9 @@ _GUARANTEES = (
               "distributed Connect"),
     Guarantee("CON-2", "with exactly-once source support no source record is written twice",
               "exactly.once.source.support=enabled"),
+    Guarantee("CON-3", "a Connect source writes every record it read to its topic at least once across worker "
+                       "failures (its source offsets are committed only after their records are acked)",
+              "distributed Connect"),
     Guarantee("AUTH-1", "no request but the handshake is served before authentication succeeds on a SASL listener",
               "SASL listener"),
     Guarantee("AUTH-2", "an operation that the ACLs deny is refused with its authorization error and changes nothing",

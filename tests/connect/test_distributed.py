@@ -11,53 +11,8 @@ import json
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connect_helpers import (ConnectProcess, append_lines, lines_of, running_task_worker, wait_for,
-                             write_properties)
-
-
-READ_POLL_TIMEOUT_S = 20.0  # one poll of a test reader; generous, the machine may be loaded
-
-
-def distributed_properties(tmp_path, broker, index: int, cluster: str, connect_protocol: str = "compatible") -> str:
-    """Worker `index` of the Connect cluster `cluster` (its group and its internal topics)."""
-    return write_properties(tmp_path / f"worker{index}.properties", {
-        "connect.protocol": connect_protocol,
-        "bootstrap.servers": broker.bootstrap,
-        "group.id": cluster,
-        "config.storage.topic": f"{cluster}-configs", "config.storage.replication.factor": "1",
-        "offset.storage.topic": f"{cluster}-offsets", "offset.storage.replication.factor": "1",
-        "offset.storage.partitions": "3",
-        "status.storage.topic": f"{cluster}-status", "status.storage.replication.factor": "1",
-        "status.storage.partitions": "2",
-        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
-        "offset.flush.interval.ms": "500",
-        # a killed worker is noticed in 3 s and its work held for 2 s more (KIP-415) before it moves
-        "session.timeout.ms": "3000", "heartbeat.interval.ms": "500",
-        "scheduled.rebalance.max.delay.ms": "2000",
-        "consumer.session.timeout.ms": "3000",  # the sink's consumer group notices the same death
-        "listeners": "http://127.0.0.1:0",
-    })
-
-
-def read_topic(broker, topic: str) -> list[tuple[bytes, bytes | None]]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "connect-test-reader",
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        records = []
-        for partition in partitions:
-            tp = TopicPartition(topic, partition)
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
-            consumer.assign([TopicPartition(topic, partition, low)])
-            while low < high:
-                message = consumer.poll(READ_POLL_TIMEOUT_S)
-                assert message is not None and message.error() is None
-                records.append((message.key(), message.value()))
-                low = message.offset() + 1
-        return records
-    finally:
-        consumer.close()
+from connect_helpers import (ConnectProcess, append_lines, committed_values, distributed_properties, lines_of,
+                             read_topic, running_task_worker, wait_for)
 
 
 @pytest.mark.guarantee("CON-1")
@@ -146,27 +101,6 @@ def test_rest_writes_on_a_follower_are_forwarded_and_a_new_worker_takes_its_shar
     wait_for(lambda: all(w.rest("GET", "/connectors")[1] == ["share-0", "share-1", "share-2"] for w in workers),
              what="share-3 gone on both workers")
     assert all(w.rest("GET", "/connectors/share-3")[0] == 404 for w in workers)
-
-
-def committed_values(broker, topic: str) -> list[bytes]:
-    """Every committed record's value in the topic (read_committed), in offset order per partition."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "connect-test-reader",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        values, at_end = [], set()
-        while len(at_end) < len(partitions):
-            message = consumer.poll(READ_POLL_TIMEOUT_S)
-            assert message is not None, f"no end of partition within {READ_POLL_TIMEOUT_S} s"
-            if message.error() is not None:
-                at_end.add(message.partition())
-            else:
-                values.append(message.value())
-        return values
-    finally:
-        consumer.close()
 
 
 @pytest.mark.guarantee("CON-2")

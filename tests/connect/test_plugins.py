@@ -176,3 +176,10 @@ def test_java_properties_files(tmp_path):
     path = tmp_path / "w.properties"
     path.write_text("# comment\n! also a comment\nbootstrap.servers = a:1,\\\n    b:2\nkey: value\nspaced value here\n")
     assert read_properties(str(path)) == {"bootstrap.servers": "a:1,b:2", "key": "value", "spaced": "value here"}
+
+
+def test_errors_tolerance_is_none_or_all():
+    for tolerance, error_count in (("all", 0), ("none", 0), ("some", 1)):
+        info = validate({"name": "k", "connector.class": "FileStreamSink", "topics": "t",
+                         "errors.tolerance": tolerance, "errors.deadletterqueue.topic.name": "dlq"}, PLUGINS)
+        assert info["error_count"] == error_count, (tolerance, info)

@@ -150,6 +150,8 @@ def test_a_plugin_that_raises_is_failed_with_its_trace_and_the_others_keep_runni
 @pytest.mark.parametrize("properties, message", [
     ({}, "missing required worker config"),
     ({"offset.flush.interval.ms": "soon"}, "offset.flush.interval.ms"),
+    ({"inter.worker.signature.algorithm": "HmacMD5"}, "inter.worker.signature.algorithm='HmacMD5': use one of"),
+    ({"connect.protocol": "fancy"}, "connect.protocol='fancy': use eager, compatible or sessioned"),
 ])
 def test_a_bad_worker_config_is_one_line_and_exit_2(tmp_path, properties, message):
     import subprocess

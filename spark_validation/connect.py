@@ -1,0 +1,103 @@
+"""Check a Connect pipeline's history (faults/connect_workload.py: the lines appended to the
+source file, the topic's records, the sink file's lines) with Spark: CON-1, CON-2, CON-3.
+
+- connect-source-lost (CON-3): a line appended to the source file that is not in the topic.
+- connect-sink-lost (CON-1): a record of the topic whose line is not in the sink file.
+- connect-duplicate (CON-2): a line written to the topic more than once; a violation only when
+  the source ran with exactly-once support (else at least once allows it, and it is reported).
+- connect-sink-duplicate: a line the sink wrote more than once; allowed (sinks are at least once).
+- connect-phantom (CON-1): a line in the topic or the sink file that was never appended.
+
+One row per anomaly, listing up to EVIDENCE_VALUES_MAX line numbers. Run by
+`check_connect_history` (for `kspec check FOLDER` when FOLDER holds connect.json).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from faults.connect_workload import CONNECT_FILE, SINK_FILE, SOURCE_FILE, TOPIC_FILE
+from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
+
+EVIDENCE_VALUES_MAX = 1024
+GUARANTEES = ("CON-1", "CON-2", "CON-3")
+CONNECT_KINDS = {k.name: k for k in (
+    AnomalyKind("connect-source-lost", "CON-3", "a line appended to the source file is not in the topic"),
+    AnomalyKind("connect-sink-lost", "CON-1", "a record of the topic never reached the sink file"),
+    AnomalyKind("connect-duplicate", "CON-2", "a line was written to the topic more than once"),
+    AnomalyKind("connect-sink-duplicate", None, "the sink file holds a line more than once (at least once allows it)"),
+    AnomalyKind("connect-phantom", "CON-1", "the topic or the sink file holds a line that was never appended"),
+)}
+
+
+def is_connect_history(path: Path) -> bool:
+    return path.is_dir() and (path / CONNECT_FILE).exists()
+
+
+def check_connect(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
+    """(anomalies as ANOMALY_SCHEMA, verdict) for one recorded pipeline."""
+    run = json.loads((history / CONNECT_FILE).read_text())
+    # one row per line number with how often the source file, the topic and the sink file hold it
+    counts = (spark.read.parquet(str(history / SOURCE_FILE)).select("value", F.lit(1).alias("appended"),
+                                                                    F.lit(0).alias("in_topic"), F.lit(0).alias("in_sink"))
+              .unionByName(spark.read.parquet(str(history / TOPIC_FILE)).select(
+                  "value", F.lit(0).alias("appended"), F.lit(1).alias("in_topic"), F.lit(0).alias("in_sink")))
+              .unionByName(spark.read.parquet(str(history / SINK_FILE)).select(
+                  "value", F.lit(0).alias("appended"), F.lit(0).alias("in_topic"), F.lit(1).alias("in_sink")))
+              .groupBy("value").agg(*(F.sum(c).alias(c) for c in ("appended", "in_topic", "in_sink"))))
+    flags = F.array_compact(F.array(
+        F.when((F.col("appended") > 0) & (F.col("in_topic") == 0), F.lit("connect-source-lost")),
+        F.when((F.col("in_topic") > 0) & (F.col("in_sink") == 0), F.lit("connect-sink-lost")),
+        F.when(F.col("in_topic") > 1, F.lit("connect-duplicate")),
+        F.when(F.col("in_sink") > 1, F.lit("connect-sink-duplicate")),
+        F.when((F.col("appended") == 0), F.lit("connect-phantom"))))
+    found = (counts.select("value", F.explode(flags).alias("anomaly"))
+             .groupBy("anomaly")
+             .agg(F.count("*").alias("n"), F.slice(F.sort_array(F.collect_list("value")), 1,
+                                                   EVIDENCE_VALUES_MAX).alias("values"))
+             .orderBy("anomaly").collect())  # one Spark job for every finding
+    rows = [{"anomaly": r.anomaly, "guarantee": CONNECT_KINDS[r.anomaly].guarantee_id,
+             "violation": (CONNECT_KINDS[r.anomaly].guarantee_id is not None
+                           and (r.anomaly != "connect-duplicate" or run["exactly_once"])),
+             "topic": run["topic"], "partition": None, "process": None, "ops": None,
+             "values": list(r["values"]), "offsets": None, "delta": None,
+             "detail": f"{r.n} line(s): {CONNECT_KINDS[r.anomaly].definition}"}
+            for r in found]
+    anomalies = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
+    violated = {row["guarantee"] for row in rows if row["violation"]}
+    checked = GUARANTEES if run["exactly_once"] else ("CON-1", "CON-3")
+    verdict = {
+        "valid": not violated, "topic": run["topic"], "exactly_once": run["exactly_once"],
+        "worker_kills": len(run["kills"]),
+        "records": {name: pq.ParquetFile(history / file).metadata.num_rows
+                    for name, file in (("source", SOURCE_FILE), ("topic", TOPIC_FILE), ("sink", SINK_FILE))},
+        "anomalies": {a: next((int(r.n) for r in found if r.anomaly == a), 0) for a in CONNECT_KINDS},
+        "guarantees": {g: {"status": "violated" if g in violated else "held" if g in checked else "not checked"}
+                       for g in GUARANTEES},
+    }
+    return anomalies, verdict
+
+
+def check_connect_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
+    """`kspec check` on a Connect pipeline's history: print the findings, write them, exit 0 or 1."""
+    anomalies, verdict = check_connect(spark, history)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pq.write_table(anomalies, out_dir / "anomalies.parquet")
+    for path in (out_dir / "verdict.json", json_path):
+        if path is not None:
+            path.write_text(json.dumps(verdict, indent=2) + "\n")
+    violating = set(anomalies.filter(anomalies["violation"]).column("anomaly").to_pylist())
+    for anomaly, n in verdict["anomalies"].items():
+        click.echo(f"  {anomaly:24} {n:8d}  {'VIOLATION' if anomaly in violating else 'allowed' if n else ''}")
+    click.echo(f"pipeline to {verdict['topic']}: {verdict['records']['source']} lines appended, "
+               f"{verdict['records']['topic']} records, {verdict['records']['sink']} sink lines, "
+               f"{verdict['worker_kills']} worker kills; "
+               + ", ".join(f"{g} {e['status']}" for g, e in verdict["guarantees"].items()))
+    click.echo(f"{'VALID' if verdict['valid'] else 'INVALID'}: results in {out_dir}")
+    return 0 if verdict["valid"] else 1
