@@ -41,6 +41,12 @@ def faults() -> None:
 @click.option("--idempotence/--no-idempotence", default=True, show_default=True)
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
+@click.option("--sub-via", type=click.Choice(["assign", "subscribe"]), default="assign", show_default=True,
+              help="How consumers get partitions: assign, or subscribe as members of one group (rebalances "
+                   "and commits recorded, GRP-1..3 checked).")
+@click.option("--assignor", type=click.Choice(["range", "cooperative-sticky", "consumer"]), default="range",
+              show_default=True, help="Subscribe mode's group: range (eager), cooperative-sticky, or consumer "
+                                      "(KIP-848 group.protocol=consumer).")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
@@ -49,7 +55,8 @@ def faults() -> None:
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
-        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path) -> None:
+        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
+        assignor: str = "range") -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -61,7 +68,10 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
 
     packages, variants = parse_nemeses(nemesis)
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
-                               isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
+                               isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
+                               sub_via=sub_via, assignor=assignor)
+    if txn and sub_via == "subscribe":
+        raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):

@@ -148,7 +148,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
-        workload = Workload(target.bootstrap, recorder, options.workload, seed=options.seed)
+        workload_class = Workload if options.workload.sub_via == "assign" else _subscribe_workload()
+        workload = workload_class(target.bootstrap, recorder, options.workload, seed=options.seed)
         workload.create_topics()
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)
@@ -212,6 +213,11 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
     read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
+
+
+def _subscribe_workload() -> type[Workload]:
+    from faults.subscribe import SubscribeWorkload
+    return SubscribeWorkload
 
 
 def _apply(nemesis: Nemesis, flips: list[tuple[str, str]]) -> None:
@@ -317,7 +323,7 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
 
 
 def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
-    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": ["assign"], "ww_deps": True}))
+    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True}))
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,

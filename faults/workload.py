@@ -91,12 +91,16 @@ class WorkloadOptions:
     txn_timeout_s: float = 10.0       # transaction.timeout.ms and the transactional calls' timeouts
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
+    sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
+    assignor: str = "range"       # subscribe mode: range (eager), cooperative-sticky, or consumer (KIP-848)
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
+        assert self.sub_via in ("assign", "subscribe") and self.assignor in ("range", "cooperative-sticky", "consumer")
+        assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
 
     @property
     def topics(self) -> list[str]:
@@ -238,11 +242,14 @@ class Client:
         # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
         # a partition has returned a record, so it cannot tell a kept partition's place.
         self.positions: dict[tuple[str, int], int] = {}
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "isolation.level": options.isolation_level,
-            "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER,
-        })
+        self.consumer = Consumer(self.consumer_config(bootstrap))
+
+    def consumer_config(self, bootstrap: str) -> dict:
+        """The consumer's configuration (faults/subscribe.py's members add their group's)."""
+        return {"bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "isolation.level": self.options.isolation_level,
+                "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL,
+                "logger": CLIENT_LOGGER}
 
     def close(self) -> None:
         """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""

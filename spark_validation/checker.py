@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from spark_validation import cycles, durability, isolation, offsets, ordering, realtime
+from spark_validation import cycles, durability, groups, isolation, offsets, ordering, realtime
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -56,7 +56,12 @@ PARTITION_CHECKS = {
     "future-read": realtime.future_read,
 }
 DRIVER_CHECKS = ("linearizability", "cycles")
-CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS)
+# check name -> a driver-side check of the few ops it reads (pyarrow): anomaly rows, or None when
+# the history has nothing it checks (then its guarantees stay unchecked)
+RUN_CHECKS: dict[str, Callable[[Path, RunOptions], list[dict] | None]] = {
+    "groups": groups.check,
+}
+CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
 OUTPUTS = {"realtime-lag": (realtime_lag, LAG_SCHEMA), "consume-counts": (consume_counts, CONSUME_SCHEMA)}
@@ -138,6 +143,12 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     partition_checks = [c for c in PARTITION_CHECKS if c in checks
                         or ("linearizability" in checks and c in NONLINEARIZABLE_CAUSES)]
     plan = partition_checks + [c for c in DRIVER_CHECKS if c in checks]
+    run_found, run_seconds = {}, {}
+    for check in (c for c in RUN_CHECKS if c in checks):
+        t0 = time.monotonic()
+        run_found[check] = RUN_CHECKS[check](parquet_path, options)
+        run_seconds[check] = round(time.monotonic() - t0, 3)
+    plan += [c for c, found in run_found.items() if found is not None]
     jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
     if "cycles" in checks:
         jobs[EDGES] = cycles.dependency_edges
@@ -160,6 +171,9 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             tables = found.get(check, [])
             rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
             seconds[check] = round(worker_seconds[check], 3)
+        elif check in RUN_CHECKS:
+            rows_found = run_found[check]
+            seconds[check] = run_seconds[check]
         elif check == "linearizability":
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
@@ -300,6 +314,7 @@ FAMILY_OF = {
     "nonmonotonic-send": "send-order", "send-skip": "send-order", "int-send-skip": "internal-send-order",
     "int-nonmonotonic-send": "internal-send-order", "realtime-order": "realtime-order",
     "future-read": "future-read", "nonlinearizable": "linearizability",
+    **{anomaly: "groups" for anomaly in groups.ANOMALIES},
 }
 
 
