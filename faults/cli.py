@@ -44,8 +44,9 @@ def faults() -> None:
 @click.option("--sub-via", type=click.Choice(["assign", "subscribe"]), default="assign", show_default=True,
               help="How consumers get partitions: assign, or subscribe as members of one group (rebalances "
                    "and commits recorded, GRP-1..3 checked).")
-@click.option("--assignor", type=click.Choice(["range", "cooperative-sticky", "consumer"]), default="range",
-              show_default=True, help="Subscribe mode's group: range (eager), cooperative-sticky, or consumer "
+@click.option("--assignor", type=click.Choice(["roundrobin", "range", "cooperative-sticky", "consumer"]),
+              default="roundrobin", show_default=True,
+              help="Subscribe mode's group: roundrobin or range (eager), cooperative-sticky, or consumer "
                                       "(KIP-848 group.protocol=consumer).")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
@@ -56,7 +57,7 @@ def faults() -> None:
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
         txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
-        assignor: str = "range") -> None:
+        assignor: str = "roundrobin") -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live

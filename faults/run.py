@@ -157,6 +157,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
+        leaders = _leader_sampler(options, target, workload, recorder)
+        cleanup.callback(lambda: leaders and leaders.stop())
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
                 for action, package in schedule.due(elapsed_s) if schedule else ():
@@ -192,6 +194,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             time.sleep(min(TICK_S, left_s))
         progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
                         dict(recorder.completions), {}))
+        if leaders:
+            leaders.stop()
         complete = workload.final_reads(options.final_read_timeout_s)
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
@@ -213,6 +217,14 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
     read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
+
+
+def _leader_sampler(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):
+    """With acks=1, the partition leaders over time (DUR-2's evidence, faults/leaders.py)."""
+    if options.workload.acks != "1":
+        return None
+    from faults.leaders import LeaderSampler
+    return LeaderSampler(target, options.workload.topics, recorder, next(workload.next_process)).start()
 
 
 def _subscribe_workload() -> type[Workload]:
@@ -323,7 +335,8 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
 
 
 def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
-    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True}))
+    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True,
+                                                "acks": options.workload.acks}))
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,

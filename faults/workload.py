@@ -92,14 +92,14 @@ class WorkloadOptions:
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
     sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
-    assignor: str = "range"       # subscribe mode: range (eager), cooperative-sticky, or consumer (KIP-848)
+    assignor: str = "roundrobin"  # subscribe mode: roundrobin or range (eager), cooperative-sticky, consumer (KIP-848)
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
-        assert self.sub_via in ("assign", "subscribe") and self.assignor in ("range", "cooperative-sticky", "consumer")
+        assert self.sub_via in ("assign", "subscribe") and self.assignor in ("roundrobin", "range", "cooperative-sticky", "consumer")
         assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
 
     @property

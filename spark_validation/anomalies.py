@@ -45,6 +45,9 @@ _KINDS = (
     AnomalyKind("lost-commit", "GRP-2", "the offsets read back after the run are not the last acknowledged commits"),
     AnomalyKind("rewound-assignment", "GRP-2", "a member given a partition read below its acknowledged committed offset"),
     AnomalyKind("commit-backwards", "GRP-3", "an acknowledged commit moved a partition's committed offset back"),
+    AnomalyKind("acks1-window-loss", "DUR-2", "an acks=1 record lost with its leader, struck before followers had it "
+                                              "(allowed: the documented window)"),
+    AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost with no fault on the leader that acknowledged it"),
     AnomalyKind("G0", None, "a cycle of write-write dependencies"),
     AnomalyKind("G0-realtime", None, "a cycle of write-write and real-time dependencies"),
     AnomalyKind("G1c", "TXN-2", "a dependency cycle with a write-read edge (circular information flow)"),

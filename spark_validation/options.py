@@ -20,6 +20,7 @@ SUB_VIA = ("assign", "subscribe")
 class RunOptions:
     sub_via: frozenset[str] = frozenset({"assign"})
     ww_deps: bool = True
+    acks: str = "all"   # the producers' acks: with "1" losses are judged by DUR-2 (spark_validation/acks.py)
 
     def __post_init__(self) -> None:
         assert self.sub_via <= set(SUB_VIA), self.sub_via
@@ -27,10 +28,11 @@ class RunOptions:
     @classmethod
     def from_json(cls, path: Path) -> "RunOptions":
         data = json.loads(path.read_text())
-        unknown = set(data) - {"sub_via", "ww_deps"}
+        unknown = set(data) - {"sub_via", "ww_deps", "acks"}
         if unknown:
-            raise ValueError(f"{path}: unknown option(s) {', '.join(sorted(unknown))}; known: sub_via, ww_deps")
-        return cls(frozenset(data.get("sub_via", ["assign"])), bool(data.get("ww_deps", True)))
+            raise ValueError(f"{path}: unknown option(s) {', '.join(sorted(unknown))}; known: sub_via, ww_deps, acks")
+        return cls(frozenset(data.get("sub_via", ["assign"])), bool(data.get("ww_deps", True)),
+                   str(data.get("acks", "all")))
 
     def to_json(self) -> dict:
-        return {"sub_via": sorted(self.sub_via), "ww_deps": self.ww_deps}
+        return {"sub_via": sorted(self.sub_via), "ww_deps": self.ww_deps, "acks": self.acks}
