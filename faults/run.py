@@ -159,6 +159,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         workload.start()
         leaders = _leader_sampler(options, target, workload, recorder)
         cleanup.callback(lambda: leaders and leaders.stop())
+        tombstones = _tombstoner(options, target, workload, recorder)
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
                 for action, package in schedule.due(elapsed_s) if schedule else ():
@@ -196,6 +197,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                         dict(recorder.completions), {}))
         if leaders:
             leaders.stop()
+        if tombstones:
+            tombstones.stop()
         complete = workload.final_reads(options.final_read_timeout_s)
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
@@ -225,6 +228,14 @@ def _leader_sampler(options: RunOptions, target: Target, workload: Workload, rec
         return None
     from faults.leaders import LeaderSampler
     return LeaderSampler(target, options.workload.topics, recorder, next(workload.next_process)).start()
+
+
+def _tombstoner(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):
+    """With compaction, tombstones beside the workload's keyed records (RET-1, faults/compaction.py)."""
+    if not options.workload.compacted:
+        return None
+    from faults.compaction import Tombstoner
+    return Tombstoner(target.bootstrap, options.workload, recorder, next(workload.next_process), options.seed).start()
 
 
 def _subscribe_workload() -> type[Workload]:
@@ -336,7 +347,9 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
 
 def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
     (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True,
-                                                "acks": options.workload.acks}))
+                                                "acks": options.workload.acks,
+                                                **({"topic_config": options.workload.topic_config}
+                                                   if options.workload.topic_config else {})}))
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,

@@ -49,7 +49,7 @@ import struct
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from faults.recorder import Recorder
@@ -75,6 +75,14 @@ def decode_long(data: bytes | None) -> int | None:
     return None if data is None or len(data) != 8 else struct.unpack(">q", data)[0]
 
 
+COMPACTION_KEYS = 4  # with compaction, a record's Kafka key is its key and value % COMPACTION_KEYS (RET-1)
+
+
+def record_key(record: Record, compacted: bool) -> bytes:
+    """The Kafka key: the abstract key, and with compaction a sub-key that repeats (faults/compaction.py)."""
+    return encode_long(record.key) + (encode_long(record.value % COMPACTION_KEYS) if compacted else b"")
+
+
 @dataclass(frozen=True)
 class WorkloadOptions:
     key_count: int = 8
@@ -92,6 +100,7 @@ class WorkloadOptions:
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
     sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
+    topic_config: dict = field(default_factory=dict)  # --topic-config: the run's topics' configs
     assignor: str = "roundrobin"  # subscribe mode: roundrobin or range (eager), cooperative-sticky, consumer (KIP-848)
 
     def __post_init__(self) -> None:
@@ -101,6 +110,10 @@ class WorkloadOptions:
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
         assert self.sub_via in ("assign", "subscribe") and self.assignor in ("roundrobin", "range", "cooperative-sticky", "consumer")
         assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.topic_config.get("cleanup.policy", "")
 
     @property
     def topics(self) -> list[str]:
@@ -143,6 +156,7 @@ class Sender:
         self.recorder = recorder
         self.process_ids = process_ids
         self.producer = Producer(producer_config(bootstrap, options))
+        self.compacted = options.compacted
         self.in_flight: dict[int, _SendInFlight] = {}  # process -> its send
         self.idle_processes: list[int] = []
         self.fatal = False  # the producer hit a fatal error: every later send would fail
@@ -157,7 +171,7 @@ class Sender:
         self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records))
         for index, r in enumerate(records):
             try:
-                self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
+                self.producer.produce(r.topic, key=record_key(r, self.compacted), value=encode_long(r.value),
                                       partition=r.partition, on_delivery=self._on_delivery(process, index))
             except (BufferError, KafkaException) as e:  # this record and the rest were never handed over
                 self.fatal |= _is_fatal(e)
@@ -352,8 +366,11 @@ class Client:
         """One consumer.consume(): its records grouped by key (stable: offset order within a key
         stays), and the errors it reported."""
         messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
-        records = [Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()), m.offset())
-                   for m in messages if not m.error()]
+        # tombstones (null values, faults/compaction.py) are no queue values: left out
+        records = [Record(m.topic(), m.partition(), decode_long((m.key() or b"")[:8]), decode_long(m.value()),
+                          m.offset()) for m in messages if not m.error() and m.value() is not None]
+        self.tombstones_read = [[m.topic(), m.partition(), m.offset()] for m in messages
+                                if not m.error() and m.value() is None]
         for r in records:
             self.positions[(r.topic, r.partition)] = r.offset + 1
         records.sort(key=lambda r: key_of(r.topic, r.partition))
@@ -366,7 +383,9 @@ class Client:
         except Exception as e:  # an indeterminate poll: the history says so
             recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
             return "info"
-        recorder.complete(invocation, "ok", mops=(polled,), extra={"error": errors[0]} if errors else None)
+        extra = {**({"error": errors[0]} if errors else {}),
+                 **({"tombstones": self.tombstones_read} if self.tombstones_read else {})}
+        recorder.complete(invocation, "ok", mops=(polled,), extra=extra or None)
         return "ok"
 
     def assign(self, recorder: Recorder, keys: list[int], from_beginning: bool = False) -> str:
@@ -437,7 +456,8 @@ class Workload:
         pending = set(self.options.topics)
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while pending:
-            futures = admin.create_topics([NewTopic(t, 2, self.options.replication_factor) for t in sorted(pending)],
+            futures = admin.create_topics([NewTopic(t, 2, self.options.replication_factor,
+                                                    config=dict(self.options.topic_config)) for t in sorted(pending)],
                                           operation_timeout=10)
             for topic, future in futures.items():
                 try:

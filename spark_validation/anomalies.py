@@ -48,6 +48,9 @@ _KINDS = (
     AnomalyKind("acks1-window-loss", "DUR-2", "an acks=1 record lost with its leader, struck before followers had it "
                                               "(allowed: the documented window)"),
     AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost with no fault on the leader that acknowledged it"),
+    AnomalyKind("compaction-lost-latest", "RET-1", "compaction lost the latest acknowledged value of a key"),
+    AnomalyKind("compaction-offset-reuse", "RET-1", "a compacted log reordered offsets or reused one for another value"),
+    AnomalyKind("tombstone-removed-early", "RET-1", "a tombstone was gone before delete.retention.ms had passed"),
     AnomalyKind("G0", None, "a cycle of write-write dependencies"),
     AnomalyKind("G0-realtime", None, "a cycle of write-write and real-time dependencies"),
     AnomalyKind("G1c", "TXN-2", "a dependency cycle with a write-read edge (circular information flow)"),

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from spark_validation import acks, cycles, durability, groups, isolation, offsets, ordering, realtime
+from spark_validation import acks, cycles, durability, groups, isolation, offsets, ordering, realtime, retention
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -61,6 +61,7 @@ DRIVER_CHECKS = ("linearizability", "cycles")
 RUN_CHECKS: dict[str, Callable[[Path, RunOptions], list[dict] | None]] = {
     "groups": groups.check,
     "acks": acks.check,
+    "retention": retention.check,
 }
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
@@ -191,6 +192,8 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
         if options.acks == "1" and r["anomaly"] in ("lost-write", "unseen"):  # DUR-1 is for acks=all: see acks.py
             r["violation"], r["detail"] = False, f"acks=1, judged under DUR-2: {r['detail']}"
+        if options.compacted and r["anomaly"] in ("lost-write", "unseen", "poll-skip", "int-poll-skip"):
+            r["violation"], r["detail"] = False, f"compaction removes records, judged under RET-1: {r['detail']}"
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
@@ -319,6 +322,7 @@ FAMILY_OF = {
     "future-read": "future-read", "nonlinearizable": "linearizability",
     **{anomaly: "groups" for anomaly in groups.ANOMALIES},
     **{anomaly: "acks" for anomaly in acks.ANOMALIES},
+    **{anomaly: "retention" for anomaly in retention.ANOMALIES},
 }
 
 
