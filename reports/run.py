@@ -212,6 +212,8 @@ def _guarantee_rows(run: RunFolder) -> list[str]:
     for guarantee_id, guarantee in CATALOGUE.items():
         status = found.get(guarantee_id, {}).get("status", "unchecked")
         label = {"held": "held", "violated": "VIOLATED", "unchecked": "not checked"}[status]
+        why = (run.verdict or {}).get("unchecked", {}).get(guarantee_id)
+        label += f": {html.escape(why)}" if why and status == "unchecked" else ""
         kinds = ", ".join(f'<a href="#{a}">{a}</a> &times; {n}' for a, n in sorted(by_kind[guarantee_id].items()))
         rows.append(f'<tr><th class="{status}">{guarantee_id}</th><td>{html.escape(guarantee.statement)}</td>'
                     f"<td>{html.escape(guarantee.holds_when)}</td><td class=\"{status}\">{label}</td>"

@@ -63,6 +63,7 @@ RUN_CHECKS: dict[str, Callable[[Path, RunOptions], list[dict] | None]] = {
     "acks": acks.check,
     "retention": retention.check,
 }
+RUN_CHECK_MODULES = {"groups": groups, "acks": acks, "retention": retention}  # their GUARANTEES and NOT_APPLICABLE
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
@@ -197,6 +198,8 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
+    verdict["unchecked"] = {g: RUN_CHECK_MODULES[c].NOT_APPLICABLE for c, found in run_found.items() if found is None
+                            for g in RUN_CHECK_MODULES[c].GUARANTEES if g not in verdict["guarantees"]}
     verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
     verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
     return CheckResult(table, verdict, outputs["realtime-lag"])

@@ -33,6 +33,8 @@ from spark_validation.frames import history_files
 from spark_validation.options import RunOptions
 
 GROUP_FS = ("rebalance", "commit", "offset-fetch")
+GUARANTEES = ("GRP-1", "GRP-2", "GRP-3")
+NOT_APPLICABLE = "no group members in the history: a subscribe-mode run checks them (kspec faults run --sub-via subscribe)"
 ANOMALIES = ("double-assignment", "lost-commit", "rewound-assignment", "commit-backwards")
 
 

@@ -29,6 +29,8 @@ from spark_validation.anomalies import anomaly_row
 from spark_validation.frames import history_files
 from spark_validation.options import RunOptions
 
+GUARANTEES = ("RET-1",)
+NOT_APPLICABLE = "no compacted topics: a run with --topic-config cleanup.policy=compact checks it"
 ANOMALIES = ("compaction-lost-latest", "compaction-offset-reuse", "tombstone-removed-early")
 COMPACTION_KEYS = 4         # faults/workload.py: a record's sub-key is value % COMPACTION_KEYS
 DELETE_RETENTION_MS_DEFAULT = 24 * 3600 * 1000
