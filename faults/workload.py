@@ -369,8 +369,8 @@ class Client:
         # tombstones (null values, faults/compaction.py) are no queue values: left out
         records = [Record(m.topic(), m.partition(), decode_long((m.key() or b"")[:8]), decode_long(m.value()),
                           m.offset()) for m in messages if not m.error() and m.value() is not None]
-        self.tombstones_read = [[m.topic(), m.partition(), m.offset()] for m in messages
-                                if not m.error() and m.value() is None]
+        self.tombstones_read = [[m.topic(), m.partition(), m.offset(), decode_long((m.key() or b"")[8:])]
+                                for m in messages if not m.error() and m.value() is None]
         for r in records:
             self.positions[(r.topic, r.partition)] = r.offset + 1
         records.sort(key=lambda r: key_of(r.topic, r.partition))

@@ -5,7 +5,9 @@ The workload's records repeat Kafka keys: (key, value % COMPACTION_KEYS), and to
 their extra) are compared with the acknowledged writes:
 
 - compaction-lost-latest: the latest acknowledged record of a Kafka key (the highest offset
-  among its values and tombstones) is a value the final reads did not return at its offset.
+  among its values and tombstones) is a value the final reads did not return at its offset,
+  and they returned no later record of that key (a write whose acknowledgement was lost may
+  have superseded it).
 - compaction-offset-reuse: the final reads returned, at an offset, another value than the one
   acknowledged there, or offsets not strictly increasing (reordered or reused).
 - tombstone-removed-early: a key's latest record is a tombstone the final reads did not see,
@@ -57,12 +59,18 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     final_read_ns = min(r["time_ns"] for r in final_polls)
     read_at = defaultdict(dict)       # (topic, partition) -> offset -> value (None: tombstone)
     order = defaultdict(list)         # (topic, partition) -> offsets in read order
+    newest_read: dict[tuple, int] = {}  # (topic, partition, sub-key) -> the highest offset read of that key
     for r in sorted(final_polls, key=lambda r: (r["index"], r["seq"])):
         if r["topic"] is not None:
             read_at[(r["topic"], r["partition"])][r["offset"]] = r["value"]
             order[(r["topic"], r["partition"])].append(r["offset"])
-        for topic, partition, offset in json.loads(r["extra"] or "{}").get("tombstones", ()) if r["seq"] == 0 else ():
+        for topic, partition, offset, sub_key in json.loads(r["extra"] or "{}").get("tombstones", ()) if r["seq"] == 0 \
+                else ():
             read_at[(topic, partition)][offset] = None
+            newest_read[(topic, partition, sub_key)] = max(newest_read.get((topic, partition, sub_key), -1), offset)
+        if r["topic"] is not None:
+            where = (r["topic"], r["partition"], r["value"] % COMPACTION_KEYS)
+            newest_read[where] = max(newest_read.get(where, -1), r["offset"])
     latest: dict[tuple, dict] = {}    # (topic, partition, sub-key) -> the acked record at the highest offset
     acked_at: dict[tuple, int] = {}   # (topic, partition, offset) -> acked value
     for r in rows:
@@ -81,6 +89,8 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     found = []
     for (topic, partition, sub_key), record in sorted(latest.items()):
         got = read_at[(topic, partition)].get(record["offset"], "absent")
+        if newest_read.get((topic, partition, sub_key), -1) > record["offset"]:
+            continue  # a later record of the key (a send or tombstone whose ack was lost) may supersede it
         if record["value"] is not None and got != record["value"]:
             found.append(anomaly_row(
                 "compaction-lost-latest", f"key ({topic}-{partition}, sub-key {sub_key}): its latest value "

@@ -148,7 +148,7 @@ def test_compaction_keeping_the_latest_value_and_tombstone_of_every_key_finds_no
                                       Send(Record("t0", 0, 0, 2, 2))])
     h.op(1, "tombstone", "ok", 2, 3, extra={"topic": "t0", "partition": 0, "key": 0, "sub_key": 2, "offset": 3})
     h.op(9, "poll", "ok", 10, 11, mops=[Poll((Record("t0", 0, 0, 5, 1),))],
-         extra={"tombstones": [["t0", 0, 3]]})
+         extra={"tombstones": [["t0", 0, 3, 2]]})
     assert retention.check(h.write(tmp_path), COMPACT) == []
     assert retention.check(h.write(tmp_path), RunOptions()) is None
 
