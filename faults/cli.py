@@ -47,7 +47,7 @@ def faults() -> None:
 @click.option("--assignor", type=click.Choice(["roundrobin", "range", "cooperative-sticky", "consumer"]),
               default="roundrobin", show_default=True,
               help="Subscribe mode's group: roundrobin or range (eager), cooperative-sticky, or consumer "
-                                      "(KIP-848 group.protocol=consumer).")
+                   "(KIP-848 group.protocol=consumer).")
 @click.option("--topic-config", "topic_configs", multiple=True, metavar="KEY=VALUE",
               help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
                    "keys, tombstones delete some, and RET-1 is checked); repeatable.")
@@ -71,11 +71,12 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     from faults.workload import WorkloadOptions
 
     packages, variants = parse_nemeses(nemesis)
+    if txn and sub_via == "subscribe":
+        raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
                                sub_via=sub_via, assignor=assignor, topic_config=topic_config(topic_configs))
-    if txn and sub_via == "subscribe":
-        raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
+
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
