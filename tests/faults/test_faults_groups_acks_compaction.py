@@ -1,6 +1,7 @@
-"""Subscribe-mode groups and acks=1 under faults: three-node reference runs with leader kills and
-partitions, their histories checked for GRP-1..3 (spark_validation/groups.py) and DUR-2
-(spark_validation/acks.py). The checks read a few ops with pyarrow, so they run here without Spark."""
+"""Subscribe-mode groups, acks=1 and compaction under faults: three-node reference runs with kills
+and partitions, their histories checked for GRP-1..3 (spark_validation/groups.py), DUR-2
+(spark_validation/acks.py) and RET-1 (spark_validation/retention.py). These checks read a few ops
+with pyarrow, so they run here without Spark."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import pytest
 
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
-from spark_validation import acks, groups
+from spark_validation import acks, groups, retention
 from spark_validation.options import RunOptions as CheckOptions
 from spec.history import ops_from_table, read_history
 
@@ -25,8 +26,9 @@ def history_ops(out_dir: Path):
 
 
 def fault_run(out_dir: Path, workload: WorkloadOptions, seed: int, **options):
-    result = run(RunOptions(nodes=3, nemeses=("kill", "partition"), time_limit_s=RUN_S, interval_s=4, quiet_s=2,
-                            network="netns", seed=seed, workload=workload, **options), out_dir)
+    result = run(RunOptions(**{"nodes": 3, "nemeses": ("kill", "partition"), "time_limit_s": RUN_S, "interval_s": 4,
+                               "quiet_s": 2, "network": "netns", "seed": seed, "workload": workload, **options}),
+                 out_dir)
     assert result.final_reads_complete and not result.workload_failures
     return result
 
@@ -77,3 +79,27 @@ def test_acks_1_losses_are_each_judged_in_the_documented_window_or_a_violation(n
     for row in rows:
         assert row["anomaly"] == "acks1-window-loss", row["detail"]
         assert not row["violation"] and "struck by" in row["detail"] and len(row["ops"]) == 2
+
+
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "1000",
+             "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "60000"}
+
+
+@pytest.mark.timeout(240)
+def test_compaction_under_kills_keeps_the_latest_value_of_every_key_and_unexpired_tombstones(
+        namespaces_available, tmp_path):
+    workload = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0, replication_factor=3,
+                               topic_config=COMPACTED)
+    fault_run(tmp_path / "run", workload, seed=9, quiet_s=4, broker_properties={"log.cleaner.backoff.ms": "1000"})
+    options = CheckOptions.from_json(tmp_path / "run" / "run.json")
+    assert options.compacted and dict(options.topic_config) == COMPACTED
+    ops = history_ops(tmp_path / "run")
+    assert any(op.f == "tombstone" and op.type == "ok" for op in ops)
+    final_reader = max(op.process for op in ops if op.f == "poll")
+    read = {}
+    for op in ops:
+        if op.process == final_reader and op.f == "poll" and op.type == "ok":
+            for r in op.mops[0].records:
+                read.setdefault((r.topic, r.partition), []).append(r.offset)
+    assert any(len(offsets) < max(offsets) + 1 for offsets in read.values()), "the cleaner compacted the logs"
+    assert retention.check(tmp_path / "run" / "history.parquet", options) == []
