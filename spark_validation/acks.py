@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_validation import retention
 from spark_validation.anomalies import anomaly_row
 from spark_validation.frames import history_files
 from spark_validation.options import RunOptions
@@ -74,6 +75,14 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
             if r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None}
     acked = [r for r in rows if r["mop_f"] == "send" and r["type"] == "ok"]
     lost = [r for r in acked if (r["topic"], r["partition"], r["value"]) not in read]
+    if options.compacted:  # the cleaner removes a value once a later one of its key exists: RET-1 judges those
+        newest: dict[tuple, int] = {}
+        for r in rows:
+            if r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None:
+                key = (r["topic"], r["partition"], r["value"] % retention.COMPACTION_KEYS)
+                newest[key] = max(newest.get(key, -1), r["offset"])
+        lost = [r for r in lost if r["offset"] is None or
+                newest.get((r["topic"], r["partition"], r["value"] % retention.COMPACTION_KEYS), -1) <= r["offset"]]
     if not lost:
         return []
     samples: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)

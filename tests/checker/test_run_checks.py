@@ -162,3 +162,13 @@ def test_compaction_losing_a_latest_value_or_an_unexpired_tombstone_violates_ret
     rows = retention.check(h.write(tmp_path), COMPACT)
     assert sorted((r["anomaly"], r["ops"]) for r in rows) == [
         ("compaction-lost-latest", [sent]), ("compaction-offset-reuse", None), ("tombstone-removed-early", [tombstone])]
+
+
+def test_acks_1_with_compaction_counts_a_value_superseded_by_a_later_one_of_its_key_as_compacted_not_lost(tmp_path):
+    h = History()
+    h.op(7, "leaders", "ok", 0, 1, extra={"leaders": [["t0", 0, 1]]})
+    h.op(0, "send", "ok", 10, 20, mops=[Send(Record("t0", 0, 0, 1, 0)), Send(Record("t0", 0, 0, 5, 1))])
+    h.op(5, "poll", "ok", 90, 91, mops=[Poll((Record("t0", 0, 0, 5, 1),))])
+    assert acks.check(h.write(tmp_path), RunOptions(acks="1", topic_config=COMPACT.topic_config)) == []
+    [row] = acks.check(h.write(tmp_path), RunOptions(acks="1"))
+    assert (row["anomaly"], row["values"]) == ("acks1-loss", [1])
