@@ -4,8 +4,8 @@ With acks=1 the leader acknowledges a record as soon as it has appended it; unti
 has fetched it, the leader's log is its only copy, so a leader that dies (or is cut off and
 replaced) in that window takes it along. Kafka documents this; DUR-1 promises no more than
 acks=all. So in an acks=1 run (run.json acks "1") every acknowledged value that no poll ever
-returned is judged here, and the per-partition lost-write/unseen rows are kept only as allowed
-(their DUR-1 does not apply):
+returned is judged here, and the per-partition lost-write/unseen rows, and the rows a window
+loss explains, are kept only as allowed (explain):
 
 - acks1-window-loss (allowed): the partition's leader at the ack, as the Metadata samples
   named it (faults/leaders.py, the last sample before the ack), was struck (killed, paused,
@@ -116,6 +116,20 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
                 f"{FOLLOWER_WINDOW_S:.0f} s", topic=r["topic"], partition=r["partition"], process=r["process"],
                 ops=[r["index"]], values=[r["value"]], offsets=[r["offset"]]))
     return found
+
+
+def explain(rows: list[dict]) -> None:
+    """In an acks=1 run: lost-write and unseen judge DUR-1, which holds only for acks=all, so they
+    stay as allowed (this check judges each loss); and a violation whose values include a value lost
+    in the window (its offset then holds a later value: inconsistent-offsets, realtime-order,
+    nonlinearizable) follows from that loss, so it is allowed too, its detail saying so."""
+    window = {(r["topic"], r["partition"], v) for r in rows if r["anomaly"] == "acks1-window-loss" for v in r["values"]}
+    for r in rows:
+        if r["anomaly"] in ("lost-write", "unseen"):
+            r["violation"], r["detail"] = False, f"acks=1, judged under DUR-2: {r['detail']}"
+        elif r["violation"] and r["anomaly"] not in ANOMALIES and any(
+                (r["topic"], r["partition"], v) in window for v in r["values"] or ()):
+            r["violation"], r["detail"] = False, f"follows from an acks=1 window loss (DUR-2): {r['detail']}"
 
 
 def _strikes(nemesis_ops: list[dict], nodes: int) -> list[dict]:

@@ -172,3 +172,14 @@ def test_acks_1_with_compaction_counts_a_value_superseded_by_a_later_one_of_its_
     assert acks.check(h.write(tmp_path), RunOptions(acks="1", topic_config=COMPACT.topic_config)) == []
     [row] = acks.check(h.write(tmp_path), RunOptions(acks="1"))
     assert (row["anomaly"], row["values"]) == ("acks1-loss", [1])
+
+
+def test_in_an_acks_1_run_an_offset_reused_after_a_window_loss_is_explained_by_it():
+    from spark_validation.anomalies import anomaly_row
+    rows = [anomaly_row("acks1-window-loss", "lost", violation=False, topic="t0", partition=0, values=[7]),
+            anomaly_row("inconsistent-offsets", "offset 3 holds 7, 9", topic="t0", partition=0, values=[7, 9]),
+            anomaly_row("inconsistent-offsets", "offset 4 holds 8, 10", topic="t0", partition=0, values=[8, 10]),
+            anomaly_row("unseen", "1 value", topic="t0", partition=0, values=[7])]
+    acks.explain(rows)
+    assert [r["violation"] for r in rows] == [False, False, True, False]
+    assert rows[1]["detail"].startswith("follows from an acks=1 window loss (DUR-2)")
