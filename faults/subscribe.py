@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
 import time
 
 from faults.recorder import Recorder
@@ -43,6 +44,7 @@ COMMIT_P = 0.1                 # of a member's ops: a commit of its positions
 COMMIT_TIMEOUT_S = 5.0
 SESSION_TIMEOUT_MS = 6000      # classic protocol: Kafka's group.min.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 1000
+GROUP_FORMED_TIMEOUT_S = 20.0  # the longest start() waits for every member's first partitions
 MAX_POLL_INTERVAL_MS = 10_000  # the rebalance timeout: how long a classic rebalance waits for a member
 CGMD_MAGIC = b"CGMDv2:"        # librdkafka's serialized consumer group metadata
 
@@ -61,10 +63,12 @@ def group_metadata(consumer) -> tuple[int, str]:
 class Member(Client):
     """A polling process that is a member of the group (see the module docstring)."""
 
-    def __init__(self, process: int, bootstrap: str, options: WorkloadOptions) -> None:
+    def __init__(self, process: int, bootstrap: str, options: WorkloadOptions,
+                 assigned: threading.Event | None = None) -> None:
         super().__init__(process, bootstrap, options)
         self.owned: set[tuple[str, int]] = set()
         self.events: list[dict] = []   # rebalance callbacks not yet recorded
+        self.assigned = assigned       # set at its first assignment (empty or not)
 
     def consumer_config(self, bootstrap: str) -> dict:
         config = {**super().consumer_config(bootstrap), "group.id": GROUP_ID}
@@ -88,6 +92,8 @@ class Member(Client):
             moved = {(p.topic, p.partition) for p in partitions}
             if event == "assign":
                 self.owned |= moved
+                if self.assigned is not None:
+                    self.assigned.set()
             else:
                 self.owned -= moved
             for tp in moved - self.owned:
@@ -143,13 +149,24 @@ class Member(Client):
 
 
 class SubscribeWorkload(Workload):
-    """The queue workload with members of one group in place of assigning consumers."""
+    """The queue workload with members of one group in place of assigning consumers.
+
+    start() returns once every member has had its first assignment (at most GROUP_FORMED_TIMEOUT_S):
+    the faults then strike a group that has formed, so a short run checks rebalances under faults
+    rather than a first join that faults keep from completing."""
+
+    def start(self) -> None:
+        self.assigned = [threading.Event() for _ in range(self.options.concurrency)]
+        super().start()
+        deadline_s = time.monotonic() + GROUP_FORMED_TIMEOUT_S
+        for assigned in self.assigned:
+            assigned.wait(max(0.0, deadline_s - time.monotonic()))
 
     def _run_worker(self, worker: int) -> None:
         options = self.options
         rng = random.Random(self.seed * 1_000_003 + worker)
         interval_s = options.concurrency / options.rate_hz
-        member = Member(worker, self.bootstrap, options)
+        member = Member(worker, self.bootstrap, options, self.assigned[worker])
         sender = Sender(self.bootstrap, options, self.recorder, self.next_process)
         try:
             member.subscribe(self.recorder)
