@@ -41,7 +41,7 @@ from faults.workload import ADMIN_TIMEOUT_S, Client, Sender, Workload, WorkloadO
 GROUP_ID = "kspec-faults-subscribe"
 ASSIGNORS = ("roundrobin", "range", "cooperative-sticky", "consumer")
 COMMIT_P = 0.1                 # of a member's ops: a commit of its positions
-COMMIT_TIMEOUT_S = 5.0
+COMMIT_TIMEOUT_S = 10.0        # a commit not answered by then is left behind (Member._commit_within)
 SESSION_TIMEOUT_MS = 6000      # classic protocol: Kafka's group.min.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 1000
 GROUP_FORMED_TIMEOUT_S = 20.0  # the longest start() waits for every member's first partitions
@@ -69,6 +69,7 @@ class Member(Client):
         self.owned: set[tuple[str, int]] = set()
         self.events: list[dict] = []   # rebalance callbacks not yet recorded
         self.assigned = assigned       # set at its first assignment (empty or not)
+        self.stuck = False             # a commit did not return: the worker replaces this member
 
     def consumer_config(self, bootstrap: str) -> dict:
         config = {**super().consumer_config(bootstrap), "group.id": GROUP_ID}
@@ -133,9 +134,11 @@ class Member(Client):
         extra = {"offsets": [list(o) for o in offsets], "generation": generation, "member": member}
         invocation = recorder.invoke(self.process, "commit", extra=extra)
         try:
-            answer = self.consumer.commit(offsets=[TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=False)
+            answer = self._commit_within([TopicPartition(t, p, o) for t, p, o in offsets], COMMIT_TIMEOUT_S)
             errors = [str(tp.error) for tp in answer or () if tp.error is not None]
             kind, error = ("ok", None) if not errors else ("info", errors[0])
+        except TimeoutError:  # the member is left behind (see _commit_within): the commit may still land
+            kind, error = "info", f"no answer within {COMMIT_TIMEOUT_S:g} s"
         except KafkaException as e:
             # librdkafka retries an OffsetCommit whose answer it lost; the error is the last
             # attempt's, so an earlier one may have been written: unknown (a run saw a commit
@@ -144,8 +147,30 @@ class Member(Client):
             code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
             kind, error = ("fail" if code in (KafkaError._NO_OFFSET, KafkaError._STATE) else "info"), str(e)
         recorder.complete(invocation, kind, extra={**extra, **({"error": error} if error else {})})
-        self.record_rebalances(recorder)  # a synchronous commit also serves callbacks
+        if not self.stuck:
+            self.record_rebalances(recorder)  # a synchronous commit also serves callbacks
         return kind
+
+    def _commit_within(self, offsets, timeout_s: float):
+        """consumer.commit(asynchronous=False) has no timeout, and under faults librdkafka's has been
+        seen to wait for minutes: it runs on a thread of its own, and after timeout_s the member is
+        marked stuck (its worker replaces it; the consumer is closed with the run's other clients)."""
+        outcome: dict = {}
+
+        def commit() -> None:
+            try:
+                outcome["answer"] = self.consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as e:  # handed to the caller's thread
+                outcome["error"] = e
+        thread = threading.Thread(target=commit, name=f"commit-{self.process}", daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+        if thread.is_alive():
+            self.stuck = True
+            raise TimeoutError
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["answer"]
 
 
 class SubscribeWorkload(Workload):
@@ -182,6 +207,10 @@ class SubscribeWorkload(Workload):
                     member.subscribe(self.recorder)
                 elif roll < options.crash_p + COMMIT_P:
                     member.commit(self.recorder)
+                    if member.stuck:  # its consumer is busy in the commit: a new member takes its place
+                        self.stopped_clients.append(member)
+                        member = Member(next(self.next_process), self.bootstrap, options)
+                        member.subscribe(self.recorder)
                 elif rng.random() < 0.5:
                     if sender.fatal:
                         sender.close(0)
