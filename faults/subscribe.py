@@ -39,7 +39,6 @@ from faults.recorder import Recorder
 from faults.workload import ADMIN_TIMEOUT_S, Client, Sender, Workload, WorkloadOptions
 
 GROUP_ID = "kspec-faults-subscribe"
-ASSIGNORS = ("roundrobin", "range", "cooperative-sticky", "consumer")
 COMMIT_P = 0.1                 # of a member's ops: a commit of its positions
 COMMIT_TIMEOUT_S = 10.0        # a commit not answered by then is left behind (Member._commit_within)
 SESSION_TIMEOUT_MS = 6000      # classic protocol: Kafka's group.min.session.timeout.ms

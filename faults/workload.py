@@ -65,6 +65,7 @@ TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
 SENDS_IN_FLIGHT_MAX = 512     # a worker's pipelined sends; at the limit it waits for delivery reports
 SERVE_WAIT_S_MAX = 0.1        # the longest a worker waits for delivery reports before looking again
 CLOSE_TIMEOUT_S = 10.0        # the longest the run waits for its clients to close
+ASSIGNORS = ("roundrobin", "range", "cooperative-sticky", "consumer")  # subscribe mode's (faults/subscribe.py)
 
 
 def encode_long(n: int) -> bytes:
@@ -108,7 +109,7 @@ class WorkloadOptions:
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
-        assert self.sub_via in ("assign", "subscribe") and self.assignor in ("roundrobin", "range", "cooperative-sticky", "consumer")
+        assert self.sub_via in ("assign", "subscribe") and self.assignor in ASSIGNORS
         assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
 
     @property
