@@ -38,7 +38,9 @@ def faults() -> None:
 @click.option("--network", type=click.Choice(["auto", "netns", "proxy"]), default="auto", show_default=True,
               help="How faults reach the network: namespaces + iptables, or the Toxiproxy-compatible proxy layer.")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
-@click.option("--idempotence/--no-idempotence", default=True, show_default=True)
+@click.option("--idempotence/--no-idempotence", default=None,
+              help="Idempotent producers; by default on with --acks all and off otherwise, as Kafka's producer "
+                   "(idempotence needs acks=all).")
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
 @click.option("--sub-via", type=click.Choice(["assign", "subscribe"]), default="assign", show_default=True,
@@ -58,7 +60,7 @@ def faults() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
-        interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
+        interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool | None, isolation_level: str,
         txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
         assignor: str = "roundrobin", topic_configs: tuple[str, ...] = ()) -> None:
     """Run a workload under faults and record its history."""
@@ -73,6 +75,11 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     packages, variants = parse_nemeses(nemesis)
     if txn and sub_via == "subscribe":
         raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
+    if idempotence is None:
+        idempotence = acks == "all"
+    elif idempotence and acks != "all":
+        raise click.UsageError(f"--idempotence needs --acks all (Kafka's enable.idempotence requires acks=all), "
+                               f"not --acks {acks}")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
                                sub_via=sub_via, assignor=assignor, topic_config=topic_config(topic_configs))
