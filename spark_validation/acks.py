@@ -33,6 +33,7 @@ from spark_validation.options import RunOptions
 from spec.history import NEMESIS_PROCESS
 
 GUARANTEES = ("DUR-2",)
+DUR_1_UNCHECKED = "the producers used acks=1: DUR-1 is for acks=all, each loss is judged under DUR-2"
 NOT_APPLICABLE = "the producers used acks=all: an acks=1 run checks it (kspec faults run --acks 1)"
 ANOMALIES = ("acks1-window-loss", "acks1-loss")
 FOLLOWER_WINDOW_S = 30.0   # Kafka's replica.lag.time.max.ms: how long a follower may lag and stay in sync

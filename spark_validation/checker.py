@@ -56,14 +56,10 @@ PARTITION_CHECKS = {
     "future-read": realtime.future_read,
 }
 DRIVER_CHECKS = ("linearizability", "cycles")
-# check name -> a driver-side check of the few ops it reads (pyarrow): anomaly rows, or None when
-# the history has nothing it checks (then its guarantees stay unchecked)
-RUN_CHECKS: dict[str, Callable[[Path, RunOptions], list[dict] | None]] = {
-    "groups": groups.check,
-    "acks": acks.check,
-    "retention": retention.check,
-}
-RUN_CHECK_MODULES = {"groups": groups, "acks": acks, "retention": retention}  # their GUARANTEES and NOT_APPLICABLE
+# check name -> a module of driver-side checks of the few ops they read (pyarrow): check(path, options)
+# gives anomaly rows, or None when the history has nothing it checks (then its GUARANTEES stay
+# unchecked, NOT_APPLICABLE saying why); its rows name its ANOMALIES
+RUN_CHECKS = {"groups": groups, "acks": acks, "retention": retention}
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
@@ -149,7 +145,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     run_found, run_seconds = {}, {}
     for check in (c for c in RUN_CHECKS if c in checks):
         t0 = time.monotonic()
-        run_found[check] = RUN_CHECKS[check](parquet_path, options)
+        run_found[check] = RUN_CHECKS[check].check(parquet_path, options)
         run_seconds[check] = round(time.monotonic() - t0, 3)
     plan += [c for c, found in run_found.items() if found is not None]
     jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
@@ -191,15 +187,17 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     rows = [r for r in rows if r["anomaly"] not in NONLINEARIZABLE_CAUSES or r["anomaly"] in checks]
     if options.acks == "1":
         acks.explain(rows)
+    if options.compacted:
+        retention.explain(rows)
     for r in rows:
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
-        if options.compacted and r["anomaly"] in ("lost-write", "unseen", "poll-skip", "int-poll-skip"):
-            r["violation"], r["detail"] = False, f"compaction removes records, judged under RET-1: {r['detail']}"
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
-    verdict["unchecked"] = {g: RUN_CHECK_MODULES[c].NOT_APPLICABLE for c, found in run_found.items() if found is None
-                            for g in RUN_CHECK_MODULES[c].GUARANTEES if g not in verdict["guarantees"]}
+    verdict["unchecked"] = {g: RUN_CHECKS[c].NOT_APPLICABLE for c, found in run_found.items() if found is None
+                            for g in RUN_CHECKS[c].GUARANTEES if g not in verdict["guarantees"]}
+    if options.acks == "1" and verdict["guarantees"].pop("DUR-1", None) is not None:
+        verdict["unchecked"]["DUR-1"] = acks.DUR_1_UNCHECKED
     verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
     verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
     return CheckResult(table, verdict, outputs["realtime-lag"])
@@ -323,9 +321,7 @@ FAMILY_OF = {
     "nonmonotonic-send": "send-order", "send-skip": "send-order", "int-send-skip": "internal-send-order",
     "int-nonmonotonic-send": "internal-send-order", "realtime-order": "realtime-order",
     "future-read": "future-read", "nonlinearizable": "linearizability",
-    **{anomaly: "groups" for anomaly in groups.ANOMALIES},
-    **{anomaly: "acks" for anomaly in acks.ANOMALIES},
-    **{anomaly: "retention" for anomaly in retention.ANOMALIES},
+    **{anomaly: name for name, module in RUN_CHECKS.items() for anomaly in module.ANOMALIES},
 }
 
 
