@@ -38,9 +38,21 @@ def faults() -> None:
 @click.option("--network", type=click.Choice(["auto", "netns", "proxy"]), default="auto", show_default=True,
               help="How faults reach the network: namespaces + iptables, or the Toxiproxy-compatible proxy layer.")
 @click.option("--acks", type=click.Choice(["0", "1", "all"]), default="all", show_default=True)
-@click.option("--idempotence/--no-idempotence", default=True, show_default=True)
+@click.option("--idempotence/--no-idempotence", default=None,
+              help="Idempotent producers; by default on with --acks all and off otherwise, as Kafka's producer "
+                   "(idempotence needs acks=all).")
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
+@click.option("--sub-via", type=click.Choice(["assign", "subscribe"]), default="assign", show_default=True,
+              help="How consumers get partitions: assign, or subscribe as members of one group (rebalances "
+                   "and commits recorded, GRP-1..3 checked).")
+@click.option("--assignor", type=click.Choice(["roundrobin", "range", "cooperative-sticky", "consumer"]),
+              default="roundrobin", show_default=True,
+              help="Subscribe mode's group: roundrobin or range (eager), cooperative-sticky, or consumer "
+                   "(KIP-848 group.protocol=consumer).")
+@click.option("--topic-config", "topic_configs", multiple=True, metavar="KEY=VALUE",
+              help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
+                   "keys, tombstones delete some, and RET-1 is checked); repeatable.")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
@@ -48,8 +60,9 @@ def faults() -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
-        interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool, isolation_level: str,
-        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path) -> None:
+        interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool | None, isolation_level: str,
+        txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
+        assignor: str = "roundrobin", topic_configs: tuple[str, ...] = ()) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -60,8 +73,17 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     from faults.workload import WorkloadOptions
 
     packages, variants = parse_nemeses(nemesis)
+    if txn and sub_via == "subscribe":
+        raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
+    if idempotence is None:
+        idempotence = acks == "all"
+    elif idempotence and acks != "all":
+        raise click.UsageError(f"--idempotence needs --acks all (Kafka's enable.idempotence requires acks=all), "
+                               f"not --acks {acks}")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
-                               isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn)
+                               isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
+                               sub_via=sub_via, assignor=assignor, topic_config=topic_config(topic_configs))
+
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
@@ -112,6 +134,24 @@ def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:
         if variant:
             variants[package] = variant
     return tuple(packages), variants
+
+
+def topic_config(settings: tuple[str, ...]) -> dict[str, str]:
+    """--topic-config KEY=VALUE pairs, checked as a reference broker checks a topic's configs."""
+    from reference.protocol.errors import KafkaError
+    from reference.storage.config import LogConfig
+    config = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"--topic-config {setting!r} is not KEY=VALUE; write e.g. "
+                                   "--topic-config cleanup.policy=compact")
+        config[key.strip()] = value.strip()
+    try:
+        LogConfig.from_properties(config)
+    except (ValueError, KafkaError) as e:
+        raise click.UsageError(f"--topic-config: {e}") from None
+    return config
 
 
 def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:

@@ -153,7 +153,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
-        workload = Workload(target.bootstrap, recorder, options.workload, seed=options.seed)
+        workload_class = Workload if options.workload.sub_via == "assign" else _subscribe_workload()
+        workload = workload_class(target.bootstrap, recorder, options.workload, seed=options.seed)
         workload.create_topics()
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)
@@ -164,6 +165,9 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
+        leaders = _leader_sampler(options, target, workload, recorder)
+        cleanup.callback(lambda: leaders and leaders.stop())
+        tombstones = _tombstoner(options, target, workload, recorder)
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
                 for action, package in schedule.due(elapsed_s) if schedule else ():
@@ -199,6 +203,10 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             time.sleep(min(TICK_S, left_s))
         progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
                         dict(recorder.completions), {}))
+        if leaders:
+            leaders.stop()
+        if tombstones:
+            tombstones.stop()
         complete = workload.final_reads(options.final_read_timeout_s)
         replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder,
                                     audit.reference_data_dirs(target) if options.target == "reference" else None)
@@ -224,6 +232,27 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
     read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
+
+
+def _leader_sampler(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):
+    """With acks=1, the partition leaders over time (DUR-2's evidence, faults/leaders.py)."""
+    if options.workload.acks != "1":
+        return None
+    from faults.leaders import LeaderSampler
+    return LeaderSampler(target, options.workload.topics, recorder, next(workload.next_process)).start()
+
+
+def _tombstoner(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):
+    """With compaction, tombstones beside the workload's keyed records (RET-1, faults/compaction.py)."""
+    if not options.workload.compacted:
+        return None
+    from faults.compaction import Tombstoner
+    return Tombstoner(target.bootstrap, options.workload, recorder, next(workload.next_process), options.seed).start()
+
+
+def _subscribe_workload() -> type[Workload]:
+    from faults.subscribe import SubscribeWorkload
+    return SubscribeWorkload
 
 
 def _apply(nemesis: Nemesis, flips: list[tuple[str, str]]) -> None:
@@ -329,7 +358,10 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
 
 
 def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
-    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": ["assign"], "ww_deps": True}))
+    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True,
+                                                "acks": options.workload.acks,
+                                                **({"topic_config": options.workload.topic_config}
+                                                   if options.workload.topic_config else {})}))
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,

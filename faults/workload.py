@@ -49,7 +49,7 @@ import struct
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from faults.recorder import Recorder
@@ -65,6 +65,7 @@ TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
 SENDS_IN_FLIGHT_MAX = 512     # a worker's pipelined sends; at the limit it waits for delivery reports
 SERVE_WAIT_S_MAX = 0.1        # the longest a worker waits for delivery reports before looking again
 CLOSE_TIMEOUT_S = 10.0        # the longest the run waits for its clients to close
+ASSIGNORS = ("roundrobin", "range", "cooperative-sticky", "consumer")  # subscribe mode's (faults/subscribe.py)
 
 
 def encode_long(n: int) -> bytes:
@@ -73,6 +74,14 @@ def encode_long(n: int) -> bytes:
 
 def decode_long(data: bytes | None) -> int | None:
     return None if data is None or len(data) != 8 else struct.unpack(">q", data)[0]
+
+
+COMPACTION_KEYS = 4  # with compaction, a record's Kafka key is its key and value % COMPACTION_KEYS (RET-1)
+
+
+def record_key(record: Record, compacted: bool) -> bytes:
+    """The Kafka key: the abstract key, and with compaction a sub-key that repeats (faults/compaction.py)."""
+    return encode_long(record.key) + (encode_long(record.value % COMPACTION_KEYS) if compacted else b"")
 
 
 @dataclass(frozen=True)
@@ -91,12 +100,21 @@ class WorkloadOptions:
     txn_timeout_s: float = 10.0       # transaction.timeout.ms and the transactional calls' timeouts
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
+    sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
+    topic_config: dict = field(default_factory=dict)  # --topic-config: the run's topics' configs
+    assignor: str = "roundrobin"  # subscribe mode: roundrobin or range (eager), cooperative-sticky, consumer (KIP-848)
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
+        assert self.sub_via in ("assign", "subscribe") and self.assignor in ASSIGNORS
+        assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.topic_config.get("cleanup.policy", "")
 
     @property
     def topics(self) -> list[str]:
@@ -139,6 +157,7 @@ class Sender:
         self.recorder = recorder
         self.process_ids = process_ids
         self.producer = Producer(producer_config(bootstrap, options))
+        self.compacted = options.compacted
         self.in_flight: dict[int, _SendInFlight] = {}  # process -> its send
         self.idle_processes: list[int] = []
         self.fatal = False  # the producer hit a fatal error: every later send would fail
@@ -153,7 +172,7 @@ class Sender:
         self.in_flight[process] = _SendInFlight(invocation, records, [None] * len(records))
         for index, r in enumerate(records):
             try:
-                self.producer.produce(r.topic, key=encode_long(r.key), value=encode_long(r.value),
+                self.producer.produce(r.topic, key=record_key(r, self.compacted), value=encode_long(r.value),
                                       partition=r.partition, on_delivery=self._on_delivery(process, index))
             except (BufferError, KafkaException) as e:  # this record and the rest were never handed over
                 self.fatal |= _is_fatal(e)
@@ -239,11 +258,14 @@ class Client:
         # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
         # a partition has returned a record, so it cannot tell a kept partition's place.
         self.positions: dict[tuple[str, int], int] = {}
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
-            "auto.offset.reset": "earliest", "isolation.level": options.isolation_level,
-            "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER,
-        })
+        self.consumer = Consumer(self.consumer_config(bootstrap))
+
+    def consumer_config(self, bootstrap: str) -> dict:
+        """The consumer's configuration (faults/subscribe.py's members add their group's)."""
+        return {"bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
+                "auto.offset.reset": "earliest", "isolation.level": self.options.isolation_level,
+                "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL,
+                "logger": CLIENT_LOGGER}
 
     def close(self) -> None:
         """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""
@@ -346,8 +368,11 @@ class Client:
         """One consumer.consume(): its records grouped by key (stable: offset order within a key
         stays), and the errors it reported."""
         messages = self.consumer.consume(num_messages=POLL_RECORDS_MAX, timeout=self.options.poll_timeout_s)
-        records = [Record(m.topic(), m.partition(), decode_long(m.key()), decode_long(m.value()), m.offset())
-                   for m in messages if not m.error()]
+        # tombstones (null values, faults/compaction.py) are no queue values: left out
+        records = [Record(m.topic(), m.partition(), decode_long((m.key() or b"")[:8]), decode_long(m.value()),
+                          m.offset()) for m in messages if not m.error() and m.value() is not None]
+        self.tombstones_read = [[m.topic(), m.partition(), m.offset(), decode_long((m.key() or b"")[8:])]
+                                for m in messages if not m.error() and m.value() is None]
         self.leader_epochs = _leader_epochs(messages)
         for r in records:
             self.positions[(r.topic, r.partition)] = r.offset + 1
@@ -362,7 +387,8 @@ class Client:
             recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
             return "info"
         extra = {**({"error": errors[0]} if errors else {}),
-                 **({"leader_epochs": self.leader_epochs} if self.leader_epochs else {})}
+                 **({"leader_epochs": self.leader_epochs} if self.leader_epochs else {}),
+                 **({"tombstones": self.tombstones_read} if self.tombstones_read else {})}
         recorder.complete(invocation, "ok", mops=(polled,), extra=extra or None)
         return "ok"
 
@@ -446,7 +472,8 @@ class Workload:
         pending = set(self.options.topics)
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while pending:
-            futures = admin.create_topics([NewTopic(t, 2, self.options.replication_factor) for t in sorted(pending)],
+            futures = admin.create_topics([NewTopic(t, 2, self.options.replication_factor,
+                                                    config=dict(self.options.topic_config)) for t in sorted(pending)],
                                           operation_timeout=10)
             for topic, future in futures.items():
                 try:

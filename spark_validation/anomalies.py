@@ -49,6 +49,17 @@ _KINDS = (
     AnomalyKind("epoch-two-leaders", "REP-2", "two leaders were named for one leader epoch of a partition"),
     AnomalyKind("stored-unsent", "PRO-1", "a replica holds a record no client sent, in a run with malformed traffic"),
     AnomalyKind("malformed-crash", "PRO-1", "a node stopped running after a burst of malformed frames"),
+    AnomalyKind("double-assignment", "GRP-1", "one partition was owned by two members under one generation"),
+    AnomalyKind("lost-commit", "GRP-2", "the offsets read back after the run are not the last acknowledged commits"),
+    AnomalyKind("rewound-assignment", "GRP-2", "a member given a partition read below its acknowledged committed offset"),
+    AnomalyKind("commit-backwards", "GRP-3", "an acknowledged commit moved a partition's committed offset back"),
+    AnomalyKind("acks1-window-loss", "DUR-2", "with acks=1 a record acknowledged by a leader that died or was cut off "
+                                              "before any follower had fetched it is lost by design (allowed), while a "
+                                              "lost record with no such fault on its leader is a violation"),
+    AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost with no fault on the leader that acknowledged it"),
+    AnomalyKind("compaction-lost-latest", "RET-1", "compaction lost the latest acknowledged value of a key"),
+    AnomalyKind("compaction-offset-reuse", "RET-1", "a compacted log reordered offsets or reused one for another value"),
+    AnomalyKind("tombstone-removed-early", "RET-1", "a tombstone was gone before delete.retention.ms had passed"),
     AnomalyKind("G0", None, "a cycle of write-write dependencies"),
     AnomalyKind("G0-realtime", None, "a cycle of write-write and real-time dependencies"),
     AnomalyKind("G1c", "TXN-2", "a dependency cycle with a write-read edge (circular information flow)"),

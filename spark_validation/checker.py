@@ -20,7 +20,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from spark_validation import cycles, durability, isolation, offsets, ordering, realtime, replicas
+from spark_validation import (acks, cycles, durability, groups, isolation, offsets, ordering, realtime, replicas,
+                              retention)
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -56,7 +57,11 @@ PARTITION_CHECKS = {
     "future-read": realtime.future_read,
 }
 DRIVER_CHECKS = ("linearizability", "cycles", "replicas")
-CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS)
+# check name -> a module of driver-side checks of the few ops they read (pyarrow): check(path, options)
+# gives anomaly rows, or None when the history has nothing it checks (then its GUARANTEES stay
+# unchecked, NOT_APPLICABLE saying why); its rows name its ANOMALIES
+RUN_CHECKS = {"groups": groups, "acks": acks, "retention": retention}
+CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
 OUTPUTS = {"realtime-lag": (realtime_lag, LAG_SCHEMA), "consume-counts": (consume_counts, CONSUME_SCHEMA)}
@@ -138,6 +143,12 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     partition_checks = [c for c in PARTITION_CHECKS if c in checks
                         or ("linearizability" in checks and c in NONLINEARIZABLE_CAUSES)]
     plan = partition_checks + [c for c in DRIVER_CHECKS if c in checks]
+    run_found, run_seconds = {}, {}
+    for check in (c for c in RUN_CHECKS if c in checks):
+        t0 = time.monotonic()
+        run_found[check] = RUN_CHECKS[check].check(parquet_path, options)
+        run_seconds[check] = round(time.monotonic() - t0, 3)
+    plan += [c for c, found in run_found.items() if found is not None]
     jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
     if "cycles" in checks:
         jobs[EDGES] = cycles.dependency_edges
@@ -161,6 +172,9 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             tables = found.get(check, [])
             rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
             seconds[check] = round(worker_seconds[check], 3)
+        elif check in RUN_CHECKS:
+            rows_found = run_found[check]
+            seconds[check] = run_seconds[check]
         elif check == "replicas":  # the replica audit, leader epochs, malformed traffic (spark_validation/replicas.py)
             rows_found, unchecked = replicas.check(parquet_path)
             seconds[check] = round(time.monotonic() - t0, 3)
@@ -176,6 +190,10 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             progress(check, position, len(plan), len(rows_found), seconds[check])
     # causes computed only to decide linearizability are not reported unless asked for
     rows = [r for r in rows if r["anomaly"] not in NONLINEARIZABLE_CAUSES or r["anomaly"] in checks]
+    if options.acks == "1":
+        acks.explain(rows)
+    if options.compacted:
+        retention.explain(rows)
     for r in rows:
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
@@ -185,7 +203,11 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     for guarantee_id in unchecked:
         if verdict["guarantees"].get(guarantee_id, {}).get("status") == "held":
             del verdict["guarantees"][guarantee_id]
-    verdict["unchecked"] = dict(sorted(unchecked.items()))
+    verdict["unchecked"] = {g: RUN_CHECKS[c].NOT_APPLICABLE for c, found in run_found.items() if found is None
+                            for g in RUN_CHECKS[c].GUARANTEES if g not in verdict["guarantees"]}
+    verdict["unchecked"].update(unchecked)
+    if options.acks == "1" and verdict["guarantees"].pop("DUR-1", None) is not None:
+        verdict["unchecked"]["DUR-1"] = acks.DUR_1_UNCHECKED
     verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
     verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
     return CheckResult(table, verdict, outputs["realtime-lag"])
@@ -309,6 +331,7 @@ FAMILY_OF = {
     "nonmonotonic-send": "send-order", "send-skip": "send-order", "int-send-skip": "internal-send-order",
     "int-nonmonotonic-send": "internal-send-order", "realtime-order": "realtime-order",
     "future-read": "future-read", "nonlinearizable": "linearizability",
+    **{anomaly: name for name, module in RUN_CHECKS.items() for anomaly in module.ANOMALIES},
     **{kind: "replicas" for kind in ("replica-divergence", "replica-read-mismatch", "epoch-regression",
                                      "epoch-two-leaders", "stored-unsent", "malformed-crash")},
 }

@@ -32,3 +32,24 @@ def test_a_bad_option_is_one_line_and_exit_2(tmp_path, command, arguments, messa
     assert result.exit_code == 2 and message in result.output
     assert result.output.strip().splitlines()[-1].startswith("Error: ") and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_topic_config_passes_kafka_topic_configs_through_checked():
+    from faults.cli import topic_config
+    assert topic_config(("cleanup.policy=compact", "segment.bytes = 2048")) == {
+        "cleanup.policy": "compact", "segment.bytes": "2048"}
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--topic-config", "cleanup.policy"], "is not KEY=VALUE"),
+    (["--topic-config", "cleanup.polcy=compact"], "unknown topic config 'cleanup.polcy'"),
+    (["--topic-config", "segment.bytes=1"], "segment.bytes=1 is outside [14,"),
+    (["--sub-via", "subscribe", "--txn"], "--txn runs in assign mode"),
+    (["--assignor", "sticky"], "'sticky' is not one of"),
+    (["--acks", "1", "--idempotence"], "--idempotence needs --acks all"),
+])
+def test_a_bad_group_or_topic_option_is_one_line_and_exit_2(tmp_path, arguments, message):
+    result = CliRunner().invoke(faults, ["run", *arguments, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: ") and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()

@@ -60,7 +60,7 @@ def test_a_short_run_with_kills_and_pauses_heals_reads_back_every_acked_write_an
     assert not any(active.values()), "the final heal stopped every fault"
     results = json.loads((out_dir / "results.json").read_text())
     assert results["network_mode"] == "netns" and results["completions"]["ok"] > 200
-    assert json.loads((out_dir / "run.json").read_text()) == {"sub_via": ["assign"], "ww_deps": True}
+    assert json.loads((out_dir / "run.json").read_text()) == {"sub_via": ["assign"], "ww_deps": True, "acks": "all"}
     assert (out_dir / "node-0.log").stat().st_size > 0 and not (out_dir / "history.parts").exists()
     assert [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
             if n.startswith(f"ksf{os.getpid() % 100000}")] == []
