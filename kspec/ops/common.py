@@ -15,7 +15,7 @@ import re
 import time
 
 import click
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError as KafkaPythonError
 from kafka.protocol.api_key import ApiKey
@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance import sasl
+from conformance.client_properties import BadClientProperties, read_client_properties
 from conformance.target import PYTHON_CLIENT_PROPERTIES
 from conformance.wire import WireClient
-from reference.config import read_properties_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -160,28 +160,13 @@ _bootstrap_option = click.option(
 def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
     """--command-config FILE: client properties in librdkafka's names (security.protocol,
     sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...), as Kafka's tools take
-    them; kept in the context for every client the command makes."""
+    them, checked before anything is sent; kept in the context for every client the command makes."""
     if path is None:
         return
     try:
-        properties = read_properties_file(path)
-    except (OSError, ValueError) as e:
-        raise click.BadParameter(f"cannot read client properties: {e}", ctx, param) from None
-    problem = invalid_client_property(properties)
-    if problem:
-        raise click.BadParameter(f"{path}: {problem}", ctx, param)
-    ctx.meta[COMMAND_CONFIG_KEY] = properties
-
-
-def invalid_client_property(properties: dict[str, str]) -> str | None:
-    """What librdkafka refuses in these client properties (an unknown name, a value out of its
-    range such as security.protocol=FOO), or None. Checked before anything is sent: no client
-    is asked to connect, as no bootstrap.servers is given."""
-    try:
-        Producer({**properties, "logger": quiet_logger()})
-    except KafkaException as e:
-        return e.args[0].str()
-    return None
+        ctx.meta[COMMAND_CONFIG_KEY] = read_client_properties(path)
+    except BadClientProperties as e:
+        raise click.BadParameter(str(e), ctx, param) from None
 
 
 def client_options(*config_aliases: str):

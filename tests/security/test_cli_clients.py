@@ -79,7 +79,8 @@ def command_line(command: str, topic: str, group: str = "cli-secured") -> list[s
 
 
 def test_the_table_names_every_command_that_takes_command_config():
-    assert commands_taking_command_config() == set(CLIENT_COMMANDS)
+    # conformance runs a test suite, not one request: its own tests are below
+    assert commands_taking_command_config() == set(CLIENT_COMMANDS) | {"conformance"}
 
 
 def test_produce_and_consume_with_command_config_and_the_console_tools_names(secure_broker, configs):
@@ -119,3 +120,15 @@ def test_a_bad_command_config_is_one_line(secure_broker, configs, command, confi
     assert run.exit_code == exit_code, (run.stderr, run.exception)
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], run.stderr
+
+
+def test_conformance_takes_the_admin_properties_from_command_config(secure_broker, configs):
+    """AUTH-2 needs admin rights to create ACLs and skips without them: a pass shows the file's
+    properties reached the suite's clients."""
+    common = ["conformance", "--bootstrap-servers", secure_broker.listeners["SASL_SSL"], "--only", "AUTH-2",
+              "--client", "confluent-kafka"]
+    run = kspec(*common, "--command-config", configs["admin"])
+    assert run.returncode == 0 and "AUTH-2 pass  passed   1" in run.stdout, run.stdout[-2000:]
+    for config, message in [("missing", "No such file"), ("unknown-protocol", '"security.protocol"')]:
+        run = kspec(*common, "--command-config", configs[config])
+        assert run.returncode == 2 and message in run.error_line()
