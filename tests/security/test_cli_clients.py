@@ -70,6 +70,10 @@ def configs(pki, tmp_path_factory) -> dict[str, str]:
         "wrong-password": properties_file(directory, "wrong", **sasl_ssl(pki, password="not-the-password")),
         "unknown-protocol": properties_file(directory, "unknown", **{**sasl_ssl(pki), "security.protocol": "SASL_TLS"}),
         "missing": str(directory / "no-such.properties"),
+        "sasl-without-tls": properties_file(directory, "sasl-plaintext",
+                                            **{**sasl_ssl(pki), "security.protocol": "SASL_PLAINTEXT"}),
+        "no-ca": properties_file(directory, "no-ca", **{k: v for k, v in sasl_ssl(pki).items() if k != "ssl.ca.location"}),
+        "tls": properties_file(directory, "tls", **{"security.protocol": "SSL", "ssl.ca.location": pki.ca_path}),
     }
 
 
@@ -120,6 +124,21 @@ def test_a_bad_command_config_is_one_line(secure_broker, configs, command, confi
     assert run.exit_code == exit_code, (run.stderr, run.exception)
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and message in lines[0], run.stderr
+
+
+@pytest.mark.parametrize("listener, config, message", [
+    ("SASL_SSL", "sasl-without-tls", "its listener wants another security protocol than SASL_PLAINTEXT; "
+                                     "check security.protocol in --command-config"),
+    ("SASL_SSL", "no-ca", "certificate verify failed"),
+    ("PLAINTEXT", "tls", "connecting to a PLAINTEXT broker listener?; check security.protocol and ssl.ca.location"),
+])
+def test_a_mismatched_command_config_says_which_side_of_the_connection_failed(secure_broker, configs, listener,
+                                                                              config, message):
+    run = CliRunner().invoke(main, ["topics", "list", "-b", secure_broker.listeners[listener],
+                                    "--command-config", configs[config]])
+    assert run.exit_code == 1, (run.stderr, run.exception)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], run.stderr
 
 
 def test_conformance_takes_the_admin_properties_from_command_config(secure_broker, configs):
