@@ -76,6 +76,7 @@ def consume(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
       kspec consume orders -b 127.0.0.1:9092 --partition 0 --offset 42 --print offset,key,value
       kspec consume orders -b 127.0.0.1:9092 --group billing --format json --print key,value,headers
       kspec consume orders -b 127.0.0.1:9092 --isolation read_committed --from-beginning --timeout-ms 5000
+      kspec consume orders -b 127.0.0.1:9094 --command-config client.properties --from-beginning  # SASL_SSL
     """
     if offset is not None and partition is None:
         raise BadUsage("--offset needs --partition")

@@ -71,6 +71,7 @@ def produce(topic: str, bootstrap: str, key_separator: str | None, parse_headers
       printf 'user-1\\tclicked\\n' | kspec produce orders -b 127.0.0.1:9092 --key-separator '\\t'
       printf 'src:web\\tuser-1\\tclicked\\n' | kspec produce orders -b 127.0.0.1:9092 --parse-headers --key-separator '\\t'
       kspec produce orders -b 127.0.0.1:9092 --transactional-id loader-1 < records.txt
+      kspec produce orders -b 127.0.0.1:9094 --command-config client.properties < records.txt  # SASL_SSL
     """
     if idempotence is None:
         idempotence = acks == "all"
