@@ -10,7 +10,15 @@ import sys
 
 import click
 
+from conformance.client_properties import BadClientProperties, read_client_properties
+
 EXIT_FAILED = 1
+
+
+class BadUsage(click.ClickException):
+    """A usage error printed as one line, exit code 2 (pytest's for a usage error too)."""
+
+    exit_code = 2
 
 
 def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple[str, ...], quick: bool,
@@ -31,6 +39,17 @@ def pytest_arguments(bootstrap_servers: str, *, clients: str | None, only: tuple
     return arguments
 
 
+def command_config_properties(ctx: click.Context, param: click.Parameter, path: str | None) -> tuple[str, ...]:
+    """--command-config FILE as KEY=VALUE pairs, to go before the --client-property ones (which win)."""
+    if path is None:
+        return ()
+    try:
+        properties = read_client_properties(path)
+    except BadClientProperties as e:
+        raise BadUsage(f"--command-config: {e}") from None
+    return tuple(f"{key}={value}" for key, value in properties.items())
+
+
 EPILOG = """\b
 Exit codes:
   0  every selected test passed or was skipped with its reason
@@ -49,13 +68,16 @@ Exit codes:
 @click.option("--json", "json_path", metavar="FILE", help="Write the JSON result to FILE.")
 @click.option("--client-property", "client_properties", multiple=True, metavar="KEY=VALUE",
               help="Client property in librdkafka's names (security.protocol=SSL, sasl.username=...).")
+@click.option("--command-config", "file_properties", callback=command_config_properties, metavar="FILE",
+              help="Client properties from a file, as Kafka's tools take them; --client-property wins.")
 @click.option("--node-stop-command", metavar="CMD", help="Stops broker {node_id}; enables leader kills.")
 @click.option("--node-start-command", metavar="CMD", help="Starts broker {node_id} again.")
 @click.option("--node-pause-command", metavar="CMD", help="Freezes broker {node_id} (SIGSTOP); enables pauses.")
 @click.option("--node-resume-command", metavar="CMD", help="Lets a paused broker {node_id} run again.")
 @click.option("-v", "--verbose", is_flag=True, help="One line per test.")
 def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json_path, client_properties,
-                node_stop_command, node_start_command, node_pause_command, node_resume_command, verbose) -> None:
+                file_properties, node_stop_command, node_start_command, node_pause_command, node_resume_command,
+                verbose) -> None:
     """Check a Kafka-compatible broker against kspec's guarantee catalogue through real clients.
 
     \b
@@ -64,6 +86,7 @@ def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json
       kspec conformance --bootstrap-servers broker:9092 --client kcat,aiokafka --only TXN-2,IDM-1 --report out/
       kspec conformance --bootstrap-servers broker:9093 --client-property security.protocol=SSL \\
           --client-property ssl.ca.location=ca.pem
+      kspec conformance --bootstrap-servers broker:9094 --command-config client.properties
       kspec conformance --bootstrap-servers 127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094 \\
           --node-stop-command 'python -m conformance.nodes stop DIR {node_id}' \\
           --node-start-command 'python -m conformance.nodes start DIR {node_id}' \\
@@ -78,7 +101,7 @@ def conformance(bootstrap_servers, clients, only, quick, junit_xml, report, json
 
     exit_code = pytest.main(pytest_arguments(
         bootstrap_servers, clients=clients, only=only, quick=quick, junit_xml=junit_xml, report=report,
-        json_path=json_path, client_properties=client_properties, verbose=verbose,
+        json_path=json_path, client_properties=file_properties + client_properties, verbose=verbose,
         node_commands={"stop": node_stop_command, "start": node_start_command, "pause": node_pause_command,
                        "resume": node_resume_command}))
     sys.exit(0 if exit_code == pytest.ExitCode.OK else EXIT_FAILED if exit_code == pytest.ExitCode.TESTS_FAILED

@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from conformance import sasl
+from conformance.client_properties import BadClientProperties, read_client_properties
 from conformance.target import PYTHON_CLIENT_PROPERTIES
 from conformance.wire import WireClient
-from reference.config import read_properties_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -160,23 +160,26 @@ _bootstrap_option = click.option(
 def _read_command_config(ctx: click.Context, param: click.Parameter, path: str | None) -> None:
     """--command-config FILE: client properties in librdkafka's names (security.protocol,
     sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...), as Kafka's tools take
-    them; kept in the context for every client the command makes."""
+    them, checked before anything is sent; kept in the context for every client the command makes."""
     if path is None:
         return
     try:
-        ctx.meta[COMMAND_CONFIG_KEY] = read_properties_file(path)
-    except (OSError, ValueError) as e:
-        raise click.BadParameter(f"cannot read client properties: {e}", ctx, param) from None
+        ctx.meta[COMMAND_CONFIG_KEY] = read_client_properties(path)
+    except BadClientProperties as e:
+        raise click.BadParameter(str(e), ctx, param) from None
 
 
-_command_config_option = click.option(
-    "--command-config", type=click.Path(dir_okay=False), callback=_read_command_config, expose_value=False,
-    is_eager=True, metavar="FILE", help="Client properties (security.protocol, sasl.*, ssl.*) for a secured cluster.")
+def client_options(*config_aliases: str):
+    """--bootstrap-servers and --command-config (with `config_aliases`, such as Kafka's console
+    tools' --producer.config), which every command that talks to a broker as a client takes."""
+    command_config = click.option(
+        "--command-config", *config_aliases, type=click.Path(dir_okay=False), callback=_read_command_config,
+        expose_value=False, is_eager=True, metavar="FILE",
+        help="Client properties in librdkafka's names (security.protocol, sasl.*, ssl.*) for a secured cluster.")
+    return lambda command: command_config(_bootstrap_option(command))
 
 
-def bootstrap_option(command):
-    """--bootstrap-servers and --command-config, which every operator command takes."""
-    return _command_config_option(_bootstrap_option(command))
+bootstrap_option = client_options()
 
 
 def command_properties() -> dict[str, str]:
@@ -211,33 +214,93 @@ def parse_configs(ctx: click.Context, param: click.Parameter, values: tuple[str,
 
 
 class ConnectionWatch:
-    """librdkafka's error callback: remembers why the brokers cannot be reached.
+    """librdkafka's error callback and log: remembers why the brokers cannot be reached.
 
-    librdkafka retries connections forever and reports failures only through this callback,
-    so a command checks `unreachable` to give up early instead of waiting out a timeout.
+    librdkafka retries connections forever and reports failures only through this callback
+    and its log, so a command checks `unreachable` to give up early instead of waiting out a
+    timeout, and `diagnosis` to say why in one line. What failed is read from the connection
+    state librdkafka names ("... (after 0ms in state AUTH_REQ)"): CONNECT is an unreachable
+    address, SSL_HANDSHAKE a TLS problem, AUTH_* a SASL one, and a connection closed in
+    APIVERSION_QUERY or UP is a listener that wants another security protocol.
     """
 
     def __init__(self) -> None:
         self.first_failure: str | None = None
+        self.tls_failure: str | None = None
+        self.authentication_failure: str | None = None
+        self.closed_before_answer = False
         self.all_brokers_down = False
+        self.logger = logging.getLogger(f"kspec.ops.librdkafka.{id(self)}")
+        self.logger.propagate = False
+        self.logger.setLevel(logging.INFO)  # librdkafka logs a FAIL at INFO when the peer closes
+        self.logger.addHandler(_FailLog(self))
 
     def __call__(self, error: KafkaError) -> None:
-        if error.code() not in CONNECTION_FAILURES:
-            return
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             self.all_brokers_down = True
+        elif error.code() in CONNECTION_FAILURES | {KafkaError._SSL, KafkaError._AUTHENTICATION}:
+            self.note(error.str())
+
+    def note(self, message: str) -> None:
+        """One failure librdkafka reported: "host:port/bootstrap: REASON (after Nms in state STATE)"."""
+        found = LIBRDKAFKA_FAILURE.match(message)
+        if found is None:
+            return
+        reason, state = found.group("reason"), found.group("state")
+        if state == "SSL_HANDSHAKE":
+            self.tls_failure = self.tls_failure or reason
+        elif state.startswith("AUTH"):
+            self.authentication_failure = self.authentication_failure or reason
+        elif state in ("APIVERSION_QUERY", "UP") and "closed" in reason:
+            self.closed_before_answer = True
         elif self.first_failure is None:
-            # "host:port/bootstrap: Connect to ipv4#... failed: Connection refused (after 0ms in state CONNECT)"
-            reason = error.str().rsplit(": ", 1)[-1]
-            self.first_failure = re.sub(r"\s*\(after .*\)$", "", reason)
+            # "Connect to ipv4#127.0.0.1:9 failed: Connection refused"
+            self.first_failure = reason.rsplit(": ", 1)[-1]
 
     @property
     def unreachable(self) -> bool:
-        return self.all_brokers_down
+        return self.all_brokers_down or self.authentication_failure is not None
+
+    def diagnosis(self, bootstrap: str) -> str:
+        """Why no broker of `bootstrap` answered, and how to mend it, in one line."""
+        if self.authentication_failure:
+            return (f"authentication to {bootstrap} failed: {self.authentication_failure}; "
+                    "check sasl.mechanism, sasl.username and sasl.password in --command-config")
+        if self.tls_failure:
+            return (f"TLS handshake with {bootstrap} failed: {self.tls_failure}; "
+                    "check security.protocol and ssl.ca.location in --command-config")
+        if self.closed_before_answer:
+            protocol = command_properties().get("security.protocol")
+            if protocol is None:
+                return (f"{bootstrap} closed the connection before answering: its listener wants TLS or SASL; "
+                        "give the client properties with --command-config FILE "
+                        "(security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location)")
+            return (f"{bootstrap} closed the connection before answering: its listener wants another security "
+                    f"protocol than {protocol}; check security.protocol in --command-config")
+        return (f"cannot reach {bootstrap}: {self.first_failure or 'no broker answered'}; "
+                "check --bootstrap-servers and that the broker is running")
+
+
+# "[thrd:...]: " prefixes (log lines), then "sasl_ssl://host:port/bootstrap: REASON (after 0ms in state STATE)"
+LIBRDKAFKA_FAILURE = re.compile(r"^(?:.*\]: )?(?:\w+://)?\S+/\w+: (?P<reason>.*?)\s*\(after \d+ms in state (?P<state>\w+)\)")
+
+
+class _FailLog(logging.Handler):
+    """librdkafka's log, read for the FAIL lines it does not pass to error_cb (a disconnect
+    before ApiVersions is only logged); the rest is for its developers and dropped."""
+
+    def __init__(self, watch: ConnectionWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("FAIL "):
+            self.watch.note(message)
 
 
 def quiet_logger() -> logging.Logger:
-    """librdkafka's log lines are for its developers; what a user must know reaches error_cb."""
+    """A logger that drops librdkafka's log lines, for a client no ConnectionWatch follows."""
     logger = logging.getLogger("kspec.ops.librdkafka")
     logger.propagate = False
     if not logger.handlers:
@@ -246,8 +309,8 @@ def quiet_logger() -> logging.Logger:
 
 
 def client_config(bootstrap: str, watch: ConnectionWatch, **overrides) -> dict:
-    """A confluent-kafka config whose connection errors reach `watch` and whose logs stay quiet."""
-    config = {"bootstrap.servers": bootstrap, **command_properties(), "error_cb": watch, "logger": quiet_logger()}
+    """A confluent-kafka config whose connection errors and log reach `watch` (and no further)."""
+    config = {"bootstrap.servers": bootstrap, **command_properties(), "error_cb": watch, "logger": watch.logger}
     config.update(overrides)
     return config
 
@@ -262,9 +325,7 @@ def await_metadata(client, watch: ConnectionWatch, bootstrap: str, topic: str | 
         except KafkaException as e:
             client.poll(0)  # serves error_cb, which tells whether the brokers are down
             if watch.unreachable:
-                reason = watch.first_failure or "no broker answered"
-                raise OpsError(f"cannot reach {bootstrap}: {reason}; "
-                               "check --bootstrap-servers and that the broker is running") from None
+                raise OpsError(watch.diagnosis(bootstrap)) from None
             if time.monotonic() > deadline:
                 raise broker_error(f"no metadata from {bootstrap}", e) from None
     if topic is not None:

@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from kafka.protocol.api_key import ApiKey
 
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, BadUsage, ConnectionWatch, OpsCommand, OpsError,
-                              await_metadata, bootstrap_option, broker_error, client_config, require_api)
+                              await_metadata, broker_error, client_config, client_options, require_api)
 from kspec.ops.lines import FIELDS, PrintedRecord, decode, format_json, format_text
 
 POLL_INTERVAL_S = 0.2  # one poll; Ctrl-C and the idle timeout are checked between polls
@@ -47,7 +47,7 @@ def field_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 
 @click.command(cls=OpsCommand, epilog=EXIT_CODES_EPILOG)
 @click.argument("topic")
-@bootstrap_option
+@client_options("--consumer.config")  # kafka-console-consumer.sh's name before KIP-1147
 @click.option("--group", metavar="GROUP", help="Consume as a member of this consumer group and commit offsets.")
 @click.option("--from-beginning", is_flag=True,
               help="Start at the log start offset (with --group: where the group has no committed offset).")
@@ -76,6 +76,7 @@ def consume(topic: str, bootstrap: str, group: str | None, from_beginning: bool,
       kspec consume orders -b 127.0.0.1:9092 --partition 0 --offset 42 --print offset,key,value
       kspec consume orders -b 127.0.0.1:9092 --group billing --format json --print key,value,headers
       kspec consume orders -b 127.0.0.1:9092 --isolation read_committed --from-beginning --timeout-ms 5000
+      kspec consume orders -b 127.0.0.1:9094 --command-config client.properties --from-beginning  # SASL_SSL
     """
     if offset is not None and partition is None:
         raise BadUsage("--offset needs --partition")

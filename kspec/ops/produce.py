@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException, Producer
 from kafka.protocol.api_key import ApiKey
 
 from kspec.ops.common import (EXIT_CODES_EPILOG, BadUsage, ConnectionWatch, OpsCommand, OpsError, await_metadata,
-                              bootstrap_option, broker_error, client_config, require_api)
+                              broker_error, client_config, client_options, require_api)
 from kspec.ops.lines import LineError, parse_line
 
 DELIVERY_TIMEOUT_MS = 30_000  # message.timeout.ms: a record not acknowledged by then is reported as failed
@@ -47,7 +47,7 @@ def separator(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 @click.command(cls=OpsCommand, epilog=EXIT_CODES_EPILOG)
 @click.argument("topic")
-@bootstrap_option
+@client_options("--producer.config")  # kafka-console-producer.sh's name before KIP-1147
 @click.option("--key-separator", callback=separator, metavar="SEP",
               help="Each line is KEY SEP VALUE (split at the first SEP; \\t allowed).")
 @click.option("--parse-headers", is_flag=True,
@@ -71,6 +71,7 @@ def produce(topic: str, bootstrap: str, key_separator: str | None, parse_headers
       printf 'user-1\\tclicked\\n' | kspec produce orders -b 127.0.0.1:9092 --key-separator '\\t'
       printf 'src:web\\tuser-1\\tclicked\\n' | kspec produce orders -b 127.0.0.1:9092 --parse-headers --key-separator '\\t'
       kspec produce orders -b 127.0.0.1:9092 --transactional-id loader-1 < records.txt
+      kspec produce orders -b 127.0.0.1:9094 --command-config client.properties < records.txt  # SASL_SSL
     """
     if idempotence is None:
         idempotence = acks == "all"
