@@ -73,7 +73,8 @@ async def handle_produce(broker: BrokerNode, request, context: RequestContext) -
                 required_offset = None
             partition_responses.append({"index": partition_data.index, **response})
             if request.acks == ACKS_ALL and required_offset is not None:
-                delayed.append((partition_responses[-1], topic_partition, required_offset))
+                delayed.append((partition_responses[-1], topic_partition, required_offset,
+                                broker.partition(topic_partition).leader_epoch))  # the append's epoch
         responses.append({"name": name, "topic_id": topic_data.get("topic_id"),
                           "partition_responses": partition_responses})
     if request.acks == ACKS_NONE:
@@ -81,9 +82,9 @@ async def handle_produce(broker: BrokerNode, request, context: RequestContext) -
             raise CloseConnection("acks=0 produce failed: " + "; ".join(failures))
         return None
     response = {"responses": responses, "throttle_time_ms": 0}
-    for partition_response, topic_partition, required_offset in delayed:  # Kafka's DelayedProduce
+    for partition_response, topic_partition, required_offset, leader_epoch in delayed:  # Kafka's DelayedProduce
         error = await context.services.replication.wait_for_replication(broker, topic_partition, required_offset,
-                                                                        request.timeout_ms)
+                                                                        request.timeout_ms, leader_epoch)
         if error != ErrorCode.NONE:
             partition_response.update(error_code=error, error_message=error.name)
             _name_the_leader(broker, context, partition_response, topic_partition, leader_endpoints)

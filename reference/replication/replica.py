@@ -234,12 +234,15 @@ class PartitionReplica:
         self._maybe_advance_high_watermark()
         return info
 
-    def acks_all_status(self, required_offset: int) -> ErrorCode | None:
-        """For an acks=all produce whose last record is at `required_offset` - 1: NONE when the
-        ISR has it, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it does but the ISR shrank below
-        min.insync.replicas meanwhile, NOT_LEADER_OR_FOLLOWER after a leader change, None to
-        keep waiting (Kafka's DelayedProduce)."""
-        if self.role is not Role.LEADER:
+    def acks_all_status(self, required_offset: int, leader_epoch: int | None = None) -> ErrorCode | None:
+        """For an acks=all produce whose last record is at `required_offset` - 1, appended in
+        `leader_epoch`: NONE when the ISR has it, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it does
+        but the ISR shrank below min.insync.replicas meanwhile, NOT_LEADER_OR_FOLLOWER after a
+        leader change, None to keep waiting (Kafka's DelayedProduce). A leader that lost its
+        leadership and won it back since the append may have truncated those records and taken
+        others at the same offsets: Kafka completes the waiting produce with NOT_LEADER_OR_FOLLOWER
+        the moment the replica becomes a follower, so a changed epoch answers that here too."""
+        if self.role is not Role.LEADER or (leader_epoch is not None and leader_epoch != self.leader_epoch):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.config.bugs.ack_before_isr:
             return ErrorCode.NONE

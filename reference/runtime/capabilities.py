@@ -26,14 +26,14 @@ PEER_ERRORS = (OSError, asyncio.TimeoutError, KafkaError)  # a call to another n
 
 class ReplicationWaiter(Protocol):
     async def wait_for_replication(self, broker: BrokerNode, topic_partition: TopicPartition, required_offset: int,
-                                   timeout_ms: int) -> ErrorCode: ...
+                                   timeout_ms: int, leader_epoch: int | None = None) -> ErrorCode: ...
 
 
 class ImmediateReplication:
     """A single node: the ISR is this leader, the high watermark is the log end after an append."""
 
     async def wait_for_replication(self, broker: BrokerNode, topic_partition: TopicPartition, required_offset: int,
-                                   timeout_ms: int) -> ErrorCode:
+                                   timeout_ms: int, leader_epoch: int | None = None) -> ErrorCode:
         return ErrorCode.NONE
 
 

@@ -104,18 +104,26 @@ class PartitionLeadershipRuntime:
             topic_partition = TopicPartition(self.topic, partition)
             try:
                 info = self.broker.append(topic_partition, build_batch(records), now_ms, acks=ACKS_ALL)
-                required.append((topic_partition, info.last_offset + 1))
+                required.append(appended(self.broker, topic_partition, info))
             except KafkaError as e:
                 error = coordinator_error(e.code)
         return error, required
 
-    async def replicated(self, required: list[tuple[TopicPartition, int]], timeout_ms: int) -> ErrorCode:
-        """NONE once each partition's high watermark passed its offset, else the first error."""
-        for topic_partition, offset in required:
-            status = await self.replication.wait_for_replication(self.broker, topic_partition, offset, timeout_ms)
+    async def replicated(self, required: list[tuple[TopicPartition, int, int]], timeout_ms: int) -> ErrorCode:
+        """NONE once each partition's high watermark passed its offset with the leader epoch of
+        the append unchanged, else the first error."""
+        for topic_partition, offset, leader_epoch in required:
+            status = await self.replication.wait_for_replication(self.broker, topic_partition, offset, timeout_ms,
+                                                                 leader_epoch)
             if status != ErrorCode.NONE:
                 return status
         return ErrorCode.NONE
+
+
+def appended(broker: BrokerNode, topic_partition: TopicPartition, info) -> tuple[TopicPartition, int, int]:
+    """What an acks=all wait needs of an append just made: the offset the ISR must pass and the
+    leader epoch it was appended in (taken at once, before anything else may run)."""
+    return topic_partition, info.last_offset + 1, broker.partition(topic_partition).leader_epoch
 
 
 def partition_exists(broker: BrokerNode, topic: str, partition: int) -> bool:

@@ -52,7 +52,7 @@ from reference.protocol.records import (
 from reference.runtime.capabilities import PEER_ERRORS, InterBrokerSender, ProducerIdManager, ReplicationWaiter
 from reference.runtime.groups import GroupCoordinatorRuntime
 from reference.runtime.leadership import (
-    ACKS_ALL, PartitionLeadershipRuntime, coordinator_error, partition_exists, read_batches,
+    ACKS_ALL, PartitionLeadershipRuntime, appended, coordinator_error, partition_exists, read_batches,
 )
 from reference.storage import AppendOrigin, Log
 from reference.transaction.coordinator import (
@@ -173,7 +173,7 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
                                 base_sequence=sequence, is_transactional=True)
             info = self.broker.append(offsets_partition, batch, now_ms, acks=ACKS_ALL)
             transactions.on_append(RecordBatch(batch), info.first_offset)
-            error = await self.replicated([(offsets_partition, info.last_offset + 1)], STATE_WRITE_TIMEOUT_MS)
+            error = await self.replicated([appended(self.broker, offsets_partition, info)], STATE_WRITE_TIMEOUT_MS)
         except KafkaError as e:
             error = e.code
         return coordinator_error(error)
@@ -276,7 +276,7 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
                 transactions.on_append(RecordBatch(marker), info.first_offset)
                 if committed and first_offset is not None and topic_partition.topic == CONSUMER_OFFSETS_TOPIC:
                     self._commit_offsets(topic_partition, producer_id, first_offset, info.first_offset, now_ms)
-                required[key] = (topic_partition, info.last_offset + 1)
+                required[key] = appended(self.broker, topic_partition, info)
                 errors[key] = ErrorCode.NONE
             except KafkaError as e:
                 errors[key] = e.code

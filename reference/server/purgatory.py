@@ -56,11 +56,13 @@ class AcksPurgatory:
         self._changes = FetchPurgatory(before_wait)
 
     async def wait_for_replication(self, broker, topic_partition: TopicPartition, required_offset: int,
-                                   timeout_ms: int) -> ErrorCode:
+                                   timeout_ms: int, leader_epoch: int | None = None) -> ErrorCode:
+        """Wait until the ISR has every record below required_offset, appended in leader_epoch."""
         deadline_s = time.monotonic() + timeout_ms / 1000
         while True:
             replica = broker.partitions.get(topic_partition)
-            status = replica.acks_all_status(required_offset) if replica else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            status = (replica.acks_all_status(required_offset, leader_epoch) if replica
+                      else ErrorCode.NOT_LEADER_OR_FOLLOWER)
             if status is not None:
                 return status
             remaining_s = deadline_s - time.monotonic()

@@ -156,3 +156,29 @@ def test_a_follower_that_was_down_truncates_catches_up_and_rejoins_the_isr(parti
     p.fetch(2)
     assert p.log_values(2) == p.log_values(1) == [b"a", b"b", b"c"]
     assert p[1].isr == (1, 2) and p[2].high_watermark == p[1].high_watermark == 3
+
+
+def test_a_leader_deposed_and_reelected_does_not_ack_what_another_leader_replaced(partition):
+    """Broker 0 appends a record in epoch 1 and waits for the ISR; broker 1 is elected (epoch 2)
+    without it and takes another record at that offset; broker 0 truncates to it, follows, and
+    is elected again (epoch 3). Its high watermark passes the waiting produce's offset, but the
+    record there is broker 1's: the produce is answered NOT_LEADER_OR_FOLLOWER, as Kafka answers
+    a DelayedProduce when its replica becomes a follower."""
+    p = partition([0, 1])
+    p.elect(leader=0, epoch=1, isr=[0, 1])
+    p.truncate(1)
+    required = p.produce(0, b"lost", acks=ACKS_ALL)
+    epoch_of_append = p[0].leader_epoch
+    assert p[0].acks_all_status(required, epoch_of_append) is None, "waiting for broker 1"
+    p.elect(leader=1, epoch=2, isr=[1])
+    p.produce(1, b"kept")
+    p.elect(leader=1, epoch=2, isr=[0, 1])
+    p.truncate(0)
+    p.fetch(0)
+    p.fetch(0)
+    p.elect(leader=0, epoch=3, isr=[0, 1])
+    p.truncate(1)
+    p.fetch(1)
+    p.fetch(1)
+    assert p[0].high_watermark >= required and p[0].acks_all_status(required) == ErrorCode.NONE
+    assert p[0].acks_all_status(required, epoch_of_append) == ErrorCode.NOT_LEADER_OR_FOLLOWER
