@@ -94,6 +94,7 @@ def test_only_selects_tests_by_guarantee_id(tmp_path):
     assert document["tests"] and all("IDM-1" in t["guarantees"] for t in document["tests"])
 
 
+@pytest.mark.soak  # the whole suite against librdkafka's mock cluster: 75 s
 def test_mock_cluster_gaps_are_reported_as_failures(tmp_path):
     with MockCluster(3, as_shipped=True) as mock:
         exit_code, document, stdout = run_quick(mock.bootstrap, tmp_path)

@@ -29,6 +29,7 @@ def spark():
         session.stop()
 
 
+@pytest.mark.soak  # worker kills for a minute and a Spark check; tests/connect/test_distributed.py kills workers in make test
 @pytest.mark.guarantee("CON-1", "CON-3")
 def test_a_pipeline_with_worker_kills_loses_no_line_and_the_checker_finds_tampering(broker, spark, tmp_path):
     from spark_validation.connect import check_connect

@@ -34,7 +34,8 @@ def fault_run(out_dir: Path, workload: WorkloadOptions, seed: int, **options):
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("assignor", ["roundrobin", "cooperative-sticky", "consumer"])
+@pytest.mark.parametrize("assignor", [pytest.param("roundrobin", marks=pytest.mark.soak),  # eager, as range
+                                      "cooperative-sticky", "consumer"])
 def test_group_members_under_coordinator_kills_keep_one_owner_per_generation_and_every_acknowledged_commit(
         namespaces_available, tmp_path, assignor):
     workload = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0, replication_factor=3,

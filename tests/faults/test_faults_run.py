@@ -196,6 +196,7 @@ def run_in_child(options: RunOptions, out_dir: Path) -> tuple[dict, int] | None:
     return json.loads((out_dir / "results.json").read_text()), child.pid
 
 
+@pytest.mark.soak  # tests/checker/test_replica_audit_run.py makes a 3-node run with these faults in make test
 @pytest.mark.timeout(THREE_NODE_ATTEMPTS * THREE_NODE_RUN_DEADLINE_S + 60)
 def test_a_three_node_cluster_run_with_partitions_leader_kills_and_pauses_heals_and_leaves_nothing(
         namespaces_available, tmp_path):
