@@ -68,8 +68,14 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
                                key_count=STREAMS_KEY_COUNT if workload_name == "quixstreams" else 8)
-    if workload_name == "quixstreams" and txn:
-        raise click.UsageError("--workload quixstreams feeds its application with plain sends: drop --txn")
+    if workload_name == "quixstreams":
+        from faults.streams import StreamsUnavailable, check_streams_python
+        if txn:
+            raise click.UsageError("--workload quixstreams feeds its application with plain sends: drop --txn")
+        try:
+            check_streams_python()
+        except StreamsUnavailable as e:
+            raise click.ClickException(str(e)) from None
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):

