@@ -25,8 +25,12 @@ import struct
 APP_GROUP = "kspec-eos-counter"      # the consumer group, and part of the changelog topics' names
 OUTPUT_TOPIC = "eos-output"
 COMMIT_INTERVAL_S = 0.5              # a checkpoint (one transaction) every half second
-TRANSACTION_TIMEOUT_MS = 10_000      # how long a killed process's open transaction holds back read_committed
+TRANSACTION_TIMEOUT_MS = 10_000      # the longest a transaction of a process that died stays open
 SESSION_TIMEOUT_MS = 6_000           # how long a killed process stays in the group (librdkafka's default: 45 s)
+# One application member, restarted after each kill: a stable transactional.id (Quix Streams draws a
+# random one) lets the next process fence its predecessor and abort its open transaction at once
+# (InitProducerId), and a static group member id (KIP-345) lets it take over the partitions at once.
+MEMBER_ID = f"{APP_GROUP}-0"
 
 
 def main() -> None:
@@ -42,8 +46,9 @@ def main() -> None:
     app = Application(
         broker_address=args.bootstrap, consumer_group=APP_GROUP, auto_offset_reset="earliest",
         processing_guarantee="exactly-once", state_dir=args.state_dir, commit_interval=COMMIT_INTERVAL_S,
-        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
-        consumer_extra_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000},
+        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "transactional.id": MEMBER_ID},
+        consumer_extra_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
+                               "group.instance.id": MEMBER_ID},
         loglevel="INFO")
     outputs = app.topic(OUTPUT_TOPIC, key_serializer="bytes", value_serializer="json")
 
