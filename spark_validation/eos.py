@@ -101,21 +101,26 @@ def check_eos(spark: SparkSession, run_dir: Path) -> tuple[list[dict], dict]:
                         F.format_string("key %d: output of input %d, which was never sent", "key", "input")
                         .alias("detail")))
     found = counts.unionByName(duplicates).unionByName(lost).unionByName(phantoms)
-    per_kind = {r["anomaly"]: r["n"] for r in found.groupBy("anomaly").agg(F.count("*").alias("n")).collect()}
+    by_kind = Window.partitionBy("anomaly").orderBy("partition", "offsets", "values")
+    kept = (found.withColumn("rank", F.row_number().over(by_kind))
+            .withColumn("n", F.count("*").over(Window.partitionBy("anomaly")))
+            .where(F.col("rank") <= EVIDENCE_ROWS_MAX).orderBy("anomaly", "rank").collect())  # one job for every finding
+    per_kind = {r["anomaly"]: r["n"] for r in kept}
     rows = []
-    for anomaly in sorted(per_kind):
-        for r in found.where(F.col("anomaly") == anomaly).orderBy("partition", "offsets").limit(EVIDENCE_ROWS_MAX).collect():
-            violation = anomaly != "eos-lost" or complete
-            rows.append({"anomaly": anomaly, "guarantee": EOS_KINDS[anomaly].guarantee_id, "violation": violation,
-                         "topic": topic, "partition": r["partition"], "process": r["instance"], "ops": None,
-                         "values": r["values"], "offsets": r["offsets"], "delta": r["delta"],
-                         "detail": r["detail"] + ("" if violation else " (the application had not caught up, or "
-                                                                         "the output reads were incomplete)")})
+    for r in kept:
+        violation = r["anomaly"] != "eos-lost" or complete
+        rows.append({"anomaly": r["anomaly"], "guarantee": EOS_KINDS[r["anomaly"]].guarantee_id, "violation": violation,
+                     "topic": topic, "partition": r["partition"], "process": r["instance"], "ops": None,
+                     "values": r["values"], "offsets": r["offsets"], "delta": r["delta"],
+                     "detail": r["detail"] + ("" if violation else " (the application had not caught up, or "
+                                                                     "the output reads were incomplete)")})
+    restored = (ordered.where(restarted & (F.col("instance") > 0)).groupBy("key")
+                .agg(F.count("*").alias("restores")))
     keys = (outputs.groupBy("key").agg(F.max("count").alias("final_count"), F.count("*").alias("outputs"))
             .join(sends.groupBy("key").agg(F.sum(F.col("acked").cast("long")).alias("acked_inputs"),
                                            F.count("*").alias("sent_inputs")), "key", "full_outer")
-            .orderBy("key").collect())
-    restores = ordered.where(restarted & (F.col("instance") > 0)).count()
+            .join(restored, "key", "left").orderBy("key").collect())
+    restores = sum(r["restores"] or 0 for r in keys)
     summary = {"caught_up": run["caught_up"], "outputs_complete": run["outputs_complete"],
                "instances": len(run["instances"]), "outputs": run["outputs"], "restores_checked": restores,
                "anomalies": per_kind,
