@@ -151,8 +151,11 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
-        workload = (StreamsWorkload if options.workload_name == "quixstreams" else Workload)(
-            target.bootstrap, recorder, options.workload, seed=options.seed)
+        if options.workload_name == "quixstreams":  # the application is killed as often as a fault package flips
+            workload = StreamsWorkload(target.bootstrap, recorder, options.workload, seed=options.seed,
+                                       app_kill_interval_s=options.interval_s)
+        else:
+            workload = Workload(target.bootstrap, recorder, options.workload, seed=options.seed)
         workload.create_topics()
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)

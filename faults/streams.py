@@ -4,8 +4,8 @@ The queue workload (faults/workload.py) runs as always and is the input: its sen
 input records (every ack recorded), its polls and final reads check the input topics as in
 any run. Beside it, the harness runs faults/streams_app.py, a real Quix Streams
 application with processing_guarantee="exactly-once" counting the records of each key, as
-a separate OS process, and makes it a nemesis of its own: every app_kill_interval_s on
-average (seeded) it kills the process with SIGKILL, waits APP_DOWN_S, and starts a new one
+a separate OS process, and makes it a nemesis of its own: app_kill_interval_s on average
+(seeded; the run's --interval) after a process processed its first input, it kills it with SIGKILL, waits APP_DOWN_S, and starts a new one
 (the next instance number) with a new, empty state dir, so the new process restores its
 counts from the changelog topics. A process that exits by itself is started again too.
 Each kill and restart is a nemesis op in the history and a line of nemesis.jsonl.
@@ -45,7 +45,6 @@ EOS_FILE = "eos.json"                 # marks a streams run for `kspec check`
 OUTPUTS_FILE = "eos-outputs.parquet"
 TIMELINE_FILE = "nemesis.jsonl"       # faults/run.py's timeline, appended to line by line
 APP_KILL_PACKAGE = "app-kill"
-APP_KILL_INTERVAL_S = 8.0             # mean seconds between kills of the application
 APP_DOWN_S = 1.0                      # how long a killed application stays down
 APP_CHECK_S = 0.2                     # how often the supervisor looks at its process
 CATCH_UP_TIMEOUT_S = 90.0             # the longest the last process gets to consume every input
@@ -66,10 +65,10 @@ class StreamsWorkload(Workload):
     """The queue workload plus a supervised Quix Streams application (see the module docstring)."""
 
     def __init__(self, bootstrap: str, recorder: Recorder, options: WorkloadOptions, seed: int = 0,
-                 app_kill_interval_s: float | None = APP_KILL_INTERVAL_S) -> None:
+                 app_kill_interval_s: float | None = None) -> None:
         super().__init__(bootstrap, recorder, options, seed)
         self.out_dir = recorder.out_dir
-        self.app_kill_interval_s = app_kill_interval_s  # None: the application is never killed
+        self.app_kill_interval_s = app_kill_interval_s  # mean s from processing to kill; None: never killed
         self.rng = random.Random(seed * 7919 + 17)
         self.app: subprocess.Popen | None = None
         self.instances: list[dict] = []  # instance, pid, started_ns, ended_ns, ended_by
@@ -144,13 +143,16 @@ class StreamsWorkload(Workload):
         self.app = subprocess.Popen(
             [streams_python(), "-m", "faults.streams_app", "--bootstrap", self.bootstrap,
              "--topics", ",".join(self.options.topics), "--state-dir", str(self.out_dir / f"app-{instance}.state"),
-             "--instance", str(instance)],
+             "--instance", str(instance), "--processing-file", str(self._processing_file(instance))],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_project_root(),
                                                                            os.environ.get("PYTHONPATH")]))})
         log.close()
         self.instances.append({"instance": instance, "pid": self.app.pid, "started_ns": self.recorder.now_ns(),
                                "ended_ns": None, "ended_by": None})
+
+    def _processing_file(self, instance: int) -> Path:
+        return self.out_dir / f"app-{instance}.processing"
 
     def _stop_app(self, how: str) -> None:
         """End the current process: "sigterm" (Quix commits and exits), "sigkill" (a crash)."""
@@ -168,23 +170,24 @@ class StreamsWorkload(Workload):
         self.instances[-1].update(ended_ns=self.recorder.now_ns(), ended_by=how)
 
     def _supervise(self) -> None:
-        """Kill the application now and then; start a new process after each kill or exit."""
-        next_kill_s = self._next_kill_s()
+        """Kill the application now and then; start a new process after each kill or exit. A process
+        is killed app_kill_interval_s on average (exponentially distributed) after it processed its
+        first input: killed while starting or restoring it would never have a transaction open."""
+        next_kill_s = None  # armed once the current process is processing
         while not self.killing.is_set():
             if self.app.poll() is not None:  # it exited by itself
                 self._stop_app("sigkill")
                 self._flip("stop", {"restarted_after": f"exit {self.app.returncode}"}, self._start_app)
+                next_kill_s = None
+            elif next_kill_s is None:
+                if self._processing_file(self.instances[-1]["instance"]).exists() and self.app_kill_interval_s:
+                    next_kill_s = time.monotonic() + self.rng.expovariate(1 / self.app_kill_interval_s)
             elif time.monotonic() >= next_kill_s:
                 self._flip("start", {"pid": self.app.pid}, lambda: self._stop_app("sigkill"))
                 self.killing.wait(APP_DOWN_S)
                 self._flip("stop", {}, self._start_app)
-                next_kill_s = self._next_kill_s()
+                next_kill_s = None
             self.killing.wait(APP_CHECK_S)
-
-    def _next_kill_s(self) -> float:
-        if self.app_kill_interval_s is None:
-            return float("inf")
-        return time.monotonic() + self.rng.expovariate(1 / self.app_kill_interval_s)
 
     def _flip(self, action: str, value: dict, do) -> None:
         """One nemesis op, recorded as faults/nemesis.py records its flips."""

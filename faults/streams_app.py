@@ -15,7 +15,8 @@ dir, after every kill), so the checker can tell which process wrote an output an
 restart restored the state from the changelog (spark_validation/eos.py).
 
 The harness kills it with SIGKILL (a crash) and stops it with SIGTERM, on which Quix Streams
-commits its last checkpoint and exits.
+commits its last checkpoint and exits. --processing-file tells the harness when the process
+has processed its first input, so that a kill lands while it processes, not while it starts.
 """
 from __future__ import annotations
 
@@ -39,17 +40,26 @@ def main() -> None:
     parser.add_argument("--topics", required=True, help="comma-separated input topics")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--instance", type=int, required=True)
+    parser.add_argument("--processing-file", help="created when the first input has been processed")
     args = parser.parse_args()
 
     from quixstreams import Application
 
+    def on_message_processed(topic: str, partition: int, offset: int) -> None:
+        """Tell the harness, once, that this process restored its state and is processing."""
+        nonlocal processing_told
+        if args.processing_file and not processing_told:
+            open(args.processing_file, "w").close()
+            processing_told = True
+
+    processing_told = False
     app = Application(
         broker_address=args.bootstrap, consumer_group=APP_GROUP, auto_offset_reset="earliest",
         processing_guarantee="exactly-once", state_dir=args.state_dir, commit_interval=COMMIT_INTERVAL_S,
         producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "transactional.id": MEMBER_ID},
         consumer_extra_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
                                "group.instance.id": MEMBER_ID},
-        loglevel="INFO")
+        on_message_processed=on_message_processed, loglevel="INFO")
     outputs = app.topic(OUTPUT_TOPIC, key_serializer="bytes", value_serializer="json")
 
     def count(value: bytes, key: bytes, timestamp: int, headers, state) -> dict:

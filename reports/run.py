@@ -26,8 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from reports import plots, series
-from spark_validation.anomalies import ANOMALY_KINDS
-from spark_validation.eos import EOS_KINDS
+from spark_validation.anomalies import ANOMALY_KINDS, EOS_KINDS
 from spark_validation.lag import LAG_FILE
 from spec.catalogue import CATALOGUE
 from spec.history import read_history

@@ -31,23 +31,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
+from spark_validation.anomalies import ANOMALY_SCHEMA, EOS_KINDS
 
 EOS_FILE = "eos.json"              # faults/streams.py
 OUTPUTS_FILE = "eos-outputs.parquet"
 HISTORY_FILE = "history.parquet"
 GUARANTEES = ("EOS-1", "EOS-2")
 EVIDENCE_ROWS_MAX = 4096           # anomaly rows kept per kind; the counts stay exact
-# Kept apart from anomalies.ANOMALY_KINDS: a queue run's verdict must not list EOS-* as held.
-EOS_KINDS = {k.name: k for k in (
-    AnomalyKind("eos-duplicate", "EOS-1", "one input record's effect appears more than once in the committed output"),
-    AnomalyKind("eos-lost", "EOS-1", "an acknowledged input record has no effect in the committed output"),
-    AnomalyKind("eos-phantom", "EOS-1", "a committed output stems from an input no producer sent"),
-    AnomalyKind("eos-count-repeat", "EOS-1", "within one process a key's count did not grow: an effect counted twice"),
-    AnomalyKind("eos-count-skip", "EOS-1", "within one process a key's count grew by more than one"),
-    AnomalyKind("eos-state-restore", "EOS-2",
-                "a restarted process's first output for a key does not continue from the last committed count"),
-)}
 
 
 def is_streams_history(path: Path) -> bool:
