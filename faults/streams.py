@@ -5,9 +5,10 @@ input records (every ack recorded), its polls and final reads check the input to
 any run. Beside it, the harness runs faults/streams_app.py, a real Quix Streams
 application with processing_guarantee="exactly-once" counting the records of each key, as
 a separate OS process, and makes it a nemesis of its own: app_kill_interval_s on average
-(seeded; the run's --interval) after a process processed its first input, it kills it with SIGKILL, waits APP_DOWN_S, and starts a new one
-(the next instance number) with a new, empty state dir, so the new process restores its
-counts from the changelog topics. A process that exits by itself is started again too.
+(seeded; the run's --interval) after a process processed its first input, it kills it with
+SIGKILL, waits APP_DOWN_S, and starts a new one (the next instance number) with a new,
+empty state dir, so the new process restores its counts from the changelog topics. A
+process that exits by itself is started again too.
 Each kill and restart is a nemesis op in the history and a line of nemesis.jsonl.
 
 At the end (after the final heal) the last process runs until the group's committed offsets

@@ -11,7 +11,8 @@ import click
 
 from pyspark.sql import SparkSession
 
-from spark_validation.checker import CHECKS, CheckResult, HistoryError, history_rows, resolve_history, run_checks, write_result
+from spark_validation.checker import (CHECKS, CheckResult, HistoryError, history_rows, resolve_history, run_checks,
+                                     write_result)
 from spark_validation.eos import add_to_verdict, check_eos, is_streams_history
 from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.progress import CheckProgress

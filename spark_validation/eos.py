@@ -73,7 +73,8 @@ def check_eos(spark: SparkSession, run_dir: Path) -> tuple[list[dict], dict]:
                                                      F.min("partition").alias("partition"),
                                                      F.collect_set("instance").alias("instances"))
     duplicates = (per_input.where(F.col("n") > 1)
-                  .select(F.lit("eos-duplicate").alias("anomaly"), "partition", F.lit(None).cast("long").alias("instance"),
+                  .select(F.lit("eos-duplicate").alias("anomaly"), "partition",
+                          F.lit(None).cast("long").alias("instance"),
                           F.array("input").alias("values"), F.sort_array("offsets").alias("offsets"),
                           (F.col("n") - 1).alias("delta"),
                           F.format_string("key %d: input %d counted %d times (instances %s)", "key", "input", "n",
@@ -94,7 +95,7 @@ def check_eos(spark: SparkSession, run_dir: Path) -> tuple[list[dict], dict]:
     by_kind = Window.partitionBy("anomaly").orderBy("partition", "offsets", "values")
     kept = (found.withColumn("rank", F.row_number().over(by_kind))
             .withColumn("n", F.count("*").over(Window.partitionBy("anomaly")))
-            .where(F.col("rank") <= EVIDENCE_ROWS_MAX).orderBy("anomaly", "rank").collect())  # one job for every finding
+            .where(F.col("rank") <= EVIDENCE_ROWS_MAX).orderBy("anomaly", "rank").collect())  # one job: every finding
     per_kind = {r["anomaly"]: r["n"] for r in kept}
     rows = []
     for r in kept:
