@@ -7,6 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+STREAMS_VENV := .venv-streams
+STREAMS_STAMP := $(STREAMS_VENV)/.installed
 JS_DIR := conformance/clients/js
 DEBIAN_PACKAGES := kcat iproute2 iptables default-jre-headless
 
@@ -14,13 +16,21 @@ DEBIAN_PACKAGES := kcat iproute2 iptables default-jre-headless
 
 all: test
 
-setup: $(STAMP) system-packages node-packages
+setup: $(STAMP) $(STREAMS_STAMP) system-packages node-packages
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[test]'
 	touch $(STAMP)
+
+# The Quix Streams application of `kspec faults run --workload quixstreams` (faults/streams_app.py) runs
+# from its own virtualenv: Quix Streams pins an older confluent-kafka than the kit's clients.
+$(STREAMS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(STREAMS_VENV)
+	$(STREAMS_VENV)/bin/pip install -q --upgrade pip
+	$(STREAMS_VENV)/bin/pip install -q -e '.[streams]'
+	touch $(STREAMS_STAMP)
 
 # Debian packages the tests use (kcat as a client, iproute2/iptables for network
 # namespaces, a JRE for Spark, docker.io for the fault harness's Docker target, fuse3 and
@@ -62,4 +72,4 @@ bench: setup
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf $(VENV) $(JS_DIR)/node_modules reports/latest
+	rm -rf $(VENV) $(STREAMS_VENV) $(JS_DIR)/node_modules reports/latest

@@ -9,6 +9,8 @@ import click
 
 from faults import net
 
+STREAMS_KEY_COUNT = 4  # --workload quixstreams: topics t0 and t1, so the application keeps two state stores
+
 
 @click.group()
 def faults() -> None:
@@ -54,6 +56,9 @@ def faults() -> None:
               help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
                    "keys, tombstones delete some, and RET-1 is checked); repeatable.")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
+@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams"]), default="queue",
+              show_default=True, help="quixstreams: the queue workload's sends feed a Quix Streams exactly-once "
+                                      "counting application, itself killed and restarted (faults/streams.py).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
               help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")
@@ -62,7 +67,7 @@ def faults() -> None:
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool | None, isolation_level: str,
         txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
-        assignor: str = "roundrobin", topic_configs: tuple[str, ...] = ()) -> None:
+        assignor: str = "roundrobin", topic_configs: tuple[str, ...] = (), workload_name: str = "queue") -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -82,8 +87,19 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
                                f"not --acks {acks}")
     workload = WorkloadOptions(concurrency=concurrency, rate_hz=rate_hz, acks=acks, idempotence=idempotence,
                                isolation_level=isolation_level, replication_factor=min(nodes, 3), txn=txn,
-                               sub_via=sub_via, assignor=assignor, topic_config=topic_config(topic_configs))
-
+                               sub_via=sub_via, assignor=assignor, topic_config=topic_config(topic_configs),
+                               key_count=STREAMS_KEY_COUNT if workload_name == "quixstreams" else 8)
+    if workload_name == "quixstreams":
+        from faults.streams import StreamsUnavailable, check_streams_python
+        if txn:
+            raise click.UsageError("--workload quixstreams feeds its application with plain sends: drop --txn")
+        if sub_via == "subscribe" or topic_configs:
+            raise click.UsageError("--workload quixstreams feeds its application from the assign-mode queue "
+                                   "workload: drop --sub-via and --topic-config")
+        try:
+            check_streams_python()
+        except StreamsUnavailable as e:
+            raise click.ClickException(str(e)) from None
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
@@ -93,7 +109,8 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
                                "run it without --target docker")
     options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, nemesis_variants=variants,
                          time_limit_s=time_limit_s, interval_s=interval_s, quiet_s=quiet_s, network=network,
-                         seed=seed, broker_properties=broker_properties(properties), workload=workload)
+                         seed=seed, broker_properties=broker_properties(properties), workload=workload,
+                         workload_name=workload_name)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)

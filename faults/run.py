@@ -32,6 +32,7 @@ from faults.epochs import EpochObserver
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
+from faults.streams import WORKLOADS, StreamsWorkload
 from faults.targets import MODES, Target, TargetError, reference_target, toml_target
 from faults.workload import CLIENT_LOGGER, Workload, WorkloadOptions
 from spec.history import topic_partition
@@ -61,6 +62,7 @@ class RunOptions:
     broker_properties: dict[str, str] = field(default_factory=dict)  # --set: Kafka properties for the reference nodes
     disk_bytes: int = disk.TMPFS_BYTES_DEFAULT  # each node's data disk with the disk nemesis
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    workload_name: str = "queue"         # or "quixstreams": the queue workload feeds a stream processor (faults/streams.py)
 
     def __post_init__(self) -> None:
         unknown = set(self.nemeses) - set(PACKAGES)
@@ -68,6 +70,7 @@ class RunOptions:
         assert all(v in VARIANTS.get(p, ()) for p, v in self.nemesis_variants.items()), self.nemesis_variants
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
         assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
+        assert self.workload_name in WORKLOADS and not (self.workload_name == "quixstreams" and self.workload.txn)
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,12 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
-        workload_class = Workload if options.workload.sub_via == "assign" else _subscribe_workload()
-        workload = workload_class(target.bootstrap, recorder, options.workload, seed=options.seed)
+        if options.workload_name == "quixstreams":  # the application is killed as often as a fault package flips
+            workload = StreamsWorkload(target.bootstrap, recorder, options.workload, seed=options.seed,
+                                       app_kill_interval_s=options.interval_s)
+        else:
+            workload_class = Workload if options.workload.sub_via == "assign" else _subscribe_workload()
+            workload = workload_class(target.bootstrap, recorder, options.workload, seed=options.seed)
         workload.create_topics()
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)

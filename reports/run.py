@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from reports import plots, series
-from spark_validation.anomalies import ANOMALY_KINDS
+from spark_validation.anomalies import ANOMALY_KINDS, EOS_KINDS
 from spark_validation.lag import LAG_FILE
 from spec.catalogue import CATALOGUE
 from spec.history import read_history
@@ -235,7 +235,7 @@ def _anomalies_section(run: RunFolder, intervals: list[series.Interval], end_s: 
     evidence = _ops_by_index(run.history, {i for r in rows for i in (r["ops"] or [])})
     parts = []
     for anomaly, kind_rows in sorted(_group(rows, "anomaly").items(), key=lambda kv: (not kv[1][0]["violation"], kv[0])):
-        kind = ANOMALY_KINDS.get(anomaly)
+        kind = ANOMALY_KINDS.get(anomaly) or EOS_KINDS.get(anomaly)
         violation = kind_rows[0]["violation"]
         status = (f'violates <a href="#guarantees">{kind_rows[0]["guarantee"]}</a>' if violation
                   else "allowed: reported for the record")

@@ -71,6 +71,18 @@ _KINDS = (
 )
 ANOMALY_KINDS: dict[str, AnomalyKind] = {k.name: k for k in _KINDS}
 assert all(guarantee(k.guarantee_id) for k in _KINDS if k.guarantee_id)
+# A stream processor's committed output (spark_validation/eos.py).
+# Kept apart from ANOMALY_KINDS: a queue run's verdict must not list EOS-* as held.
+EOS_KINDS = {k.name: k for k in (
+    AnomalyKind("eos-duplicate", "EOS-1", "one input record's effect appears more than once in the committed output"),
+    AnomalyKind("eos-lost", "EOS-1", "an acknowledged input record has no effect in the committed output"),
+    AnomalyKind("eos-phantom", "EOS-1", "a committed output stems from an input no producer sent"),
+    AnomalyKind("eos-count-repeat", "EOS-1", "within one process a key's count did not grow: an effect counted twice"),
+    AnomalyKind("eos-count-skip", "EOS-1", "within one process a key's count grew by more than one"),
+    AnomalyKind("eos-state-restore", "EOS-2",
+                "a restarted process's first output for a key does not continue from the last committed count"),
+)}
+assert all(guarantee(k.guarantee_id) for k in EOS_KINDS.values())
 
 ANOMALY_SCHEMA = pa.schema([
     pa.field("anomaly", pa.string(), nullable=False),

@@ -11,7 +11,9 @@ import click
 
 from pyspark.sql import SparkSession
 
-from spark_validation.checker import CHECKS, HistoryError, history_rows, resolve_history, run_checks, write_result
+from spark_validation.checker import (CHECKS, CheckResult, HistoryError, history_rows, resolve_history, run_checks,
+                                     write_result)
+from spark_validation.eos import add_to_verdict, check_eos, is_streams_history
 from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.progress import CheckProgress
 from spark_validation.session import DEFAULT_MASTER, spark_session
@@ -56,6 +58,9 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
         spark = session()
         progress.stages(spark, history_rows(parquet_path))
         result = run_checks(spark, parquet_path, options, chosen, progress=progress.check)
+        if is_streams_history(history):  # `kspec faults run --workload quixstreams`: EOS-1, EOS-2 too
+            result = CheckResult(*add_to_verdict(result.anomalies, result.verdict, *check_eos(spark, history)),
+                                 result.lag)
     write_result(result, out_dir)
     if json_path:
         json_path.write_text((out_dir / "verdict.json").read_text())

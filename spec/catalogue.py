@@ -60,6 +60,11 @@ _GUARANTEES = (
               ("log: log start <= high watermark <= log end", "log: log start and high watermark only grow")),
     Guarantee("PRO-1", "a malformed or unsupported request gets an error code or a closed connection; "
                        "stored data is untouched", "always"),
+    Guarantee("EOS-1", "every input record's effect appears exactly once in the committed output of an "
+                       "exactly-once stream processor (read with isolation.level=read_committed)",
+              "processing.guarantee exactly-once: the outputs, state changelog and input offsets in one transaction"),
+    Guarantee("EOS-2", "a stream processor's state restored from its changelog after a crash equals its state "
+                       "before the crash (the last committed state)", "changelog topics written in the same transactions"),
     Guarantee("MIR-1", "every record committed in a mirrored source partition appears in its remote partition, "
                        "in source order", "mirror running, source retention not outrun",
               ("mirror: copies in source order", "mirror: progress only past copied records")),

@@ -53,3 +53,13 @@ def test_a_bad_group_or_topic_option_is_one_line_and_exit_2(tmp_path, arguments,
     assert result.exit_code == 2 and message in result.output, result.output
     assert result.output.strip().splitlines()[-1].startswith("Error: ") and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_quixstreams_workload_is_refused_in_one_line_without_its_python_or_with_transactions(tmp_path, monkeypatch):
+    run_folder = tmp_path / "out"
+    with_txn = CliRunner().invoke(faults, ["run", "--workload", "quixstreams", "--txn", "--out", str(run_folder)])
+    assert with_txn.exit_code == 2 and "drop --txn" in with_txn.output and "Traceback" not in with_txn.output
+    monkeypatch.setenv("KSPEC_STREAMS_PYTHON", "/bin/false")
+    missing = CliRunner().invoke(faults, ["run", "--workload", "quixstreams", "--out", str(run_folder)])
+    assert missing.exit_code == 1 and "cannot import quixstreams: run `make setup`" in missing.output
+    assert missing.output.strip().splitlines()[-1].startswith("Error: ") and not run_folder.exists()
