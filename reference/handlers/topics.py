@@ -10,10 +10,10 @@ from collections import Counter
 
 from reference.node.configs import describe_topic_configs
 from reference.handlers.context import RequestContext
-from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
+from reference.runtime.replica_manager import INTERNAL_TOPICS
 
 DEFAULT = -1  # num_partitions / replication_factor: the broker default (KIP-464)
 
