@@ -14,10 +14,9 @@ from reference.node.base import check_topic_name
 from reference.node.interface import BrokerNode
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
+from reference.runtime.replica_manager import INTERNAL_TOPICS
 from reference.security.acls import ResourceType, all_supported_operations
 
-# Kafka's Topic.INTERNAL_TOPICS: written by the coordinators only, reported with is_internal=true.
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 ENDPOINT_TYPE_BROKER = 1
 
 

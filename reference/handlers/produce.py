@@ -17,17 +17,15 @@ from __future__ import annotations
 
 from reference.handlers.context import CloseConnection, RequestContext
 from reference.handlers.leader_epoch import current_leader
-from reference.handlers.metadata import INTERNAL_TOPICS
-from reference.handlers.produce_validation import large_batches, validate_off_loop
 from reference.node.broker import TopicPartition
 from reference.node.interface import BrokerNode
 from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.records import RecordBatch, iter_batches
-from reference.protocol.validator import RecordValidationError, ValidatedBatch
-from reference.runtime.transactions import TransactionCoordinatorRuntime
+from reference.protocol.validator import RecordValidationError
+from reference.runtime.produce_validation import large_batches, validate_off_loop
+from reference.runtime.replica_manager import ACKS_ALL, ACKS_NONE, append_records
 
-ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 ZSTD_MIN_VERSION = 7  # KIP-110: clients that can read zstd send Produce v7+
 CURRENT_LEADER_VERSION = 10  # Produce answers carry CurrentLeader and NodeEndpoints from v10 (KIP-951)
 NO_OFFSET = -1
@@ -39,7 +37,7 @@ async def handle_produce(broker: BrokerNode, request, context: RequestContext) -
     verifying = transactions.verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
     if verifying is not None:
         await verifying
-    large = large_batches(broker, request, context.api_version)  # validated off the loop (produce_validation.py)
+    large = large_batches(broker, request, context.api_version)  # validated off the loop (runtime/produce_validation.py)
     validated = await validate_off_loop(large, context.now_ms) if large else {}
     responses = []
     failures = []
@@ -61,9 +59,12 @@ async def handle_produce(broker: BrokerNode, request, context: RequestContext) -
                     raise topic_error
                 if context.api_version < ZSTD_MIN_VERSION:
                     _refuse_zstd(partition_data.records)
-                response, required_offset = _append(broker, transactions, request.acks, topic_partition,
-                                                    partition_data.records, validated.get(id(partition_data)),
-                                                    request.transactional_id, context.now_ms)
+                info = append_records(broker, transactions, request.acks, topic_partition, partition_data.records,
+                                      validated.get(id(partition_data)), request.transactional_id, context.now_ms)
+                response = {"error_code": ErrorCode.NONE, "base_offset": info.first_offset,
+                            "log_append_time_ms": info.log_append_time_ms, "log_start_offset": info.log_start_offset,
+                            "record_errors": [], "error_message": None}
+                required_offset = info.last_offset + 1  # what the ISR must pass before an acks=all answer
             except KafkaError as e:
                 failures.append(f"{name}-{partition_data.index}: {e}")
                 response = {"error_code": e.code, "base_offset": NO_OFFSET, "log_append_time_ms": NO_TIMESTAMP,
@@ -113,18 +114,3 @@ def _name_the_leader(broker: BrokerNode, context: RequestContext, partition_resp
             and context.api_version >= CURRENT_LEADER_VERSION):
         partition_response["current_leader"] = current_leader(broker, topic_partition, leader_endpoints)
 
-
-def _append(broker: BrokerNode, transactions: TransactionCoordinatorRuntime, acks: int,
-            topic_partition: TopicPartition, records, validated: ValidatedBatch | None, transactional_id: str | None,
-            now_ms: int) -> tuple[dict, int]:
-    """The partition response and the offset the ISR must pass before an acks=all answer."""
-    if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
-        raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}; use -1, 0 or 1")
-    if topic_partition.topic in INTERNAL_TOPICS:  # as Kafka's ReplicaManager refuses appends from clients
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic_partition.topic}")
-    transactions.check_produce(topic_partition, transactional_id, records)  # KIP-890 verification
-    info = broker.append(topic_partition, validated or (records if records is not None else b""), now_ms, acks)  # validates
-    transactions.on_produced(topic_partition, records, info.first_offset)
-    return {"error_code": ErrorCode.NONE, "base_offset": info.first_offset,
-            "log_append_time_ms": info.log_append_time_ms, "log_start_offset": info.log_start_offset,
-            "record_errors": [], "error_message": None}, info.last_offset + 1

@@ -1,8 +1,8 @@
 """CreateTopics (19), DeleteTopics (20), CreatePartitions (37): topic changes through the
 broker's metadata log. Each topic succeeds or fails on its own, with its own error code.
 
-Replication factors and manual assignments must fit the live brokers (here: this node),
-else INVALID_REPLICATION_FACTOR / INVALID_REPLICATION_ASSIGNMENT, as Kafka's controller checks.
+Replication factors and manual assignments must fit the live brokers, as Kafka's controller
+checks (reference/node/topic_admin.py).
 """
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from collections import Counter
 
 from reference.node.configs import describe_topic_configs
 from reference.handlers.context import RequestContext
-from reference.handlers.metadata import INTERNAL_TOPICS
 from reference.node.interface import BrokerNode
+from reference.node.topic_admin import (
+    DEFAULT, check_new_partition_assignments, partitions_and_replication, refuse_duplicate,
+)
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.primitives import ZERO_UUID
-
-DEFAULT = -1  # num_partitions / replication_factor: the broker default (KIP-464)
+from reference.runtime.replica_manager import INTERNAL_TOPICS
 
 
 def handle_create_topics(broker: BrokerNode, request, context: RequestContext) -> dict:
@@ -25,8 +26,8 @@ def handle_create_topics(broker: BrokerNode, request, context: RequestContext) -
         result = {"name": wanted.name, "topic_id": ZERO_UUID, "error_code": ErrorCode.NONE, "error_message": None,
                   "num_partitions": DEFAULT, "replication_factor": DEFAULT, "configs": []}
         try:
-            _refuse_duplicate(counts, wanted.name)
-            num_partitions, replication_factor = _from_assignments(broker, wanted)
+            refuse_duplicate(counts, wanted.name)
+            num_partitions, replication_factor = partitions_and_replication(broker, wanted)
             configs = {config.name: config.value for config in wanted.configs if config.value is not None}
             topic = broker.create_topic(wanted.name, num_partitions, replication_factor, configs,
                                         request.validate_only, context.now_ms)
@@ -43,36 +44,6 @@ def handle_create_topics(broker: BrokerNode, request, context: RequestContext) -
     return {"throttle_time_ms": 0, "topics": results}
 
 
-def _refuse_duplicate(counts: Counter, name_or_id) -> None:
-    """A topic named (or, in DeleteTopics v6+, identified) twice in one request is refused both
-    times, as Kafka's controller does: the second change would be decided from the state the
-    first has not changed yet."""
-    if counts[name_or_id] > 1:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"topic {name_or_id!r} appears more than once")
-
-
-def _from_assignments(broker: BrokerNode, wanted) -> tuple[int, int]:
-    """(num_partitions, replication_factor) from the request, checking a manual assignment."""
-    if not wanted.assignments:
-        return wanted.num_partitions, wanted.replication_factor
-    if wanted.num_partitions != DEFAULT or wanted.replication_factor != DEFAULT:
-        raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         "with a replica assignment, num_partitions and replication_factor must be -1")
-    indexes = sorted(assignment.partition_index for assignment in wanted.assignments)
-    if indexes != list(range(len(indexes))):
-        raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                         f"partition indexes {indexes} are not 0..{len(indexes) - 1}")
-    for assignment in wanted.assignments:
-        _check_replicas(broker, assignment.broker_ids)
-    return len(indexes), len(wanted.assignments[0].broker_ids)
-
-
-def _check_replicas(broker: BrokerNode, broker_ids) -> None:
-    if list(broker_ids) != [broker.config.node_id]:
-        raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                         f"replicas {list(broker_ids)}: the only live broker is {broker.config.node_id}")
-
-
 def handle_delete_topics(broker: BrokerNode, request, context: RequestContext) -> dict:
     if context.api_version >= 6:
         wanted = [(topic.name, topic.topic_id) for topic in request.topics]
@@ -83,7 +54,7 @@ def handle_delete_topics(broker: BrokerNode, request, context: RequestContext) -
     for name, topic_id in wanted:
         response = {"name": name, "topic_id": topic_id, "error_code": ErrorCode.NONE, "error_message": None}
         try:
-            _refuse_duplicate(counts, name if name is not None else topic_id)
+            refuse_duplicate(counts, name if name is not None else topic_id)
             if name is None:
                 name = broker.topic_name_by_id(topic_id)
             topic = broker.topic(name)
@@ -103,14 +74,8 @@ def handle_create_partitions(broker: BrokerNode, request, context: RequestContex
     for wanted in request.topics:
         result = {"name": wanted.name, "error_code": ErrorCode.NONE, "error_message": None}
         try:
-            _refuse_duplicate(counts, wanted.name)
-            if wanted.assignments is not None:
-                added = wanted.count - broker.topic(wanted.name).partition_count
-                if len(wanted.assignments) != added:
-                    raise KafkaError(ErrorCode.INVALID_REPLICATION_ASSIGNMENT,
-                                     f"{len(wanted.assignments)} assignments for {added} new partitions")
-                for assignment in wanted.assignments:
-                    _check_replicas(broker, assignment.broker_ids)
+            refuse_duplicate(counts, wanted.name)
+            check_new_partition_assignments(broker, wanted.name, wanted.count, wanted.assignments)
             broker.create_partitions(wanted.name, wanted.count, request.validate_only, context.now_ms)
         except KafkaError as e:
             result.update(error_code=e.code, error_message=e.message or None)

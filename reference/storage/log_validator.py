@@ -21,7 +21,7 @@ def validate_produced_batch(records: bytes | memoryview | ValidatedBatch, config
                             now_ms: int) -> RecordBatch:
     """One produced batch, every record walked against the topic's configs (read on each append:
     configs change), in the topic's compression.type codec. A batch validated ahead (in a worker
-    thread, reference/handlers/produce_validation.py) under the same rules is not walked again.
+    thread, reference/runtime/produce_validation.py) under the same rules is not walked again.
     Raises KafkaError."""
     rules = validation_rules(config)
     if not (isinstance(records, ValidatedBatch) and records.rules == rules):
