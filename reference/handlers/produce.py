@@ -42,7 +42,7 @@ async def handle_produce(broker: BrokerNode, request, context: RequestContext) -
     responses = []
     failures = []
     leader_endpoints: dict[int, dict] = {}  # NodeEndpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers
-    delayed = []  # (partition response, topic partition, offset the ISR must pass)
+    delayed = []  # (partition response, topic partition, offset the ISR must pass, epoch)
     for topic_data in request.topic_data:
         name = topic_data.name if context.api_version < 13 else None
         try:
