@@ -59,8 +59,9 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     delete_retention_ms = int(dict(options.topic_config).get("delete.retention.ms", DELETE_RETENTION_MS_DEFAULT))
     rows = _read(parquet_path, lambda t: pc.and_(pc.not_equal(t["type"], "invoke"), pc.or_(
         pc.equal(t["f"], "tombstone"), pc.is_in(t["mop_f"], pa.array(["send", "poll"])))))
-    final_reader = max((r["process"] for r in rows if r["mop_f"] == "poll"), default=None)
-    final_polls = [r for r in rows if r["process"] == final_reader and r["mop_f"] == "poll" and r["type"] == "ok"]
+    # the final reads are the workload's last polls (f "poll"); the replica audit's reads ("replica-read") are not
+    final_reader = max((r["process"] for r in rows if r["f"] == "poll"), default=None)
+    final_polls = [r for r in rows if r["process"] == final_reader and r["f"] == "poll" and r["type"] == "ok"]
     if not final_polls:
         return [anomaly_row("compaction-lost-latest", "no final reads: the compacted logs could not be checked")]
     final_read_ns = min(r["time_ns"] for r in final_polls)
