@@ -56,9 +56,12 @@ def faults() -> None:
               help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
                    "keys, tombstones delete some, and RET-1 is checked); repeatable.")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
-@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams"]), default="queue",
+@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams", "connect"]), default="queue",
               show_default=True, help="quixstreams: the queue workload's sends feed a Quix Streams exactly-once "
-                                      "counting application, itself killed and restarted (faults/streams.py).")
+                                      "counting application, itself killed and restarted (faults/streams.py); "
+                                      "connect: beside the queue workload, a FileStreamSource -> topic -> "
+                                      "FileStreamSink pipeline on two distributed Connect workers, killed -9 and "
+                                      "restarted (faults/connect_workload.py; CON-1..3 checked).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
               help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")

@@ -44,6 +44,7 @@ SOURCE_SCHEMA = pa.schema([("value", pa.int64()), ("appended_ms", pa.int64())])
 TOPIC_SCHEMA = pa.schema([("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.int64())])
 SINK_SCHEMA = pa.schema([("position", pa.int64()), ("value", pa.int64())])
 LINE_PREFIX = "line-"
+CONNECT_DIR = "connect"  # the pipeline's folder inside a `kspec faults run --workload connect` results folder
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 REST_TIMEOUT_S = 30.0

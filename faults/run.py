@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from faults import audit, clock, disk, docker_target, net
+from faults.connect_workload import CONNECT_DIR, ConnectPipeline, ConnectWorkloadOptions
 from faults.epochs import EpochObserver
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
@@ -62,7 +63,8 @@ class RunOptions:
     broker_properties: dict[str, str] = field(default_factory=dict)  # --set: Kafka properties for the reference nodes
     disk_bytes: int = disk.TMPFS_BYTES_DEFAULT  # each node's data disk with the disk nemesis
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
-    workload_name: str = "queue"         # or "quixstreams": the queue workload feeds a stream processor (faults/streams.py)
+    workload_name: str = "queue"         # or "quixstreams": the queue workload feeds a stream processor (faults/streams.py),
+    #                                      or "connect": a Connect pipeline beside it (faults/connect_workload.py)
 
     def __post_init__(self) -> None:
         unknown = set(self.nemeses) - set(PACKAGES)
@@ -172,6 +174,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
+        pipeline = _connect_pipeline(options, target, out_dir)
+        cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         leaders = _leader_sampler(options, target, workload, recorder)
         cleanup.callback(lambda: leaders and leaders.stop())
         tombstones = _tombstoner(options, target, workload, recorder)
@@ -188,6 +192,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
             workload.stop_invoking()
+            if pipeline:
+                pipeline.stop_invoking()
             heal = schedule.heal_all() if schedule else []
             # Sends in flight to a node paused or cut off at the end complete only once it is
             # healed (else they wait out their 120 s send timeout), so the run heals before it
@@ -214,6 +220,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             leaders.stop()
         if tombstones:
             tombstones.stop()
+        if pipeline:
+            pipeline.close(options.final_read_timeout_s)
         complete = workload.final_reads(options.final_read_timeout_s)
         replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder,
                                     audit.reference_data_dirs(target) if options.target == "reference" else None)
@@ -239,6 +247,17 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
     read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
+
+
+def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path) -> ConnectPipeline | None:
+    """With --workload connect: the Connect pipeline beside the queue workload, its workers
+    killed as often as a fault package flips (CON-1..3, spark_validation/connect.py)."""
+    if options.workload_name != "connect":
+        return None
+    pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
+        kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor), options.seed)
+    pipeline.start()
+    return pipeline
 
 
 def _leader_sampler(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):

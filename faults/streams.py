@@ -39,7 +39,7 @@ from faults.streams_app import APP_GROUP, OUTPUT_TOPIC
 from faults.workload import ADMIN_TIMEOUT_S, CLIENT_LOG_LEVEL, CLIENT_LOGGER, CLOSE_TIMEOUT_S, Workload, WorkloadOptions
 from spec.history import NEMESIS_PROCESS
 
-WORKLOADS = ("queue", "quixstreams")
+WORKLOADS = ("queue", "quixstreams", "connect")
 STREAMS_VENV = ".venv-streams"        # `make setup` installs the `streams` extra there
 STREAMS_PYTHON_ENV = "KSPEC_STREAMS_PYTHON"
 EOS_FILE = "eos.json"                 # marks a streams run for `kspec check`

@@ -11,8 +11,11 @@ import click
 
 from pyspark.sql import SparkSession
 
+from faults.connect_workload import CONNECT_DIR
 from spark_validation.checker import (CHECKS, CheckResult, HistoryError, history_rows, resolve_history, run_checks,
                                      write_result)
+from spark_validation.connect import add_to_verdict as add_connect_to_verdict
+from spark_validation.connect import check_connect, is_connect_history
 from spark_validation.eos import add_to_verdict, check_eos, is_streams_history
 from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.progress import CheckProgress
@@ -61,6 +64,9 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
         if is_streams_history(history):  # `kspec faults run --workload quixstreams`: EOS-1, EOS-2 too
             result = CheckResult(*add_to_verdict(result.anomalies, result.verdict, *check_eos(spark, history)),
                                  result.lag)
+        if is_connect_history(history / CONNECT_DIR):  # `kspec faults run --workload connect`: CON-1..3 too
+            result = CheckResult(*add_connect_to_verdict(result.anomalies, result.verdict,
+                                                         *check_connect(spark, history / CONNECT_DIR)), result.lag)
     write_result(result, out_dir)
     if json_path:
         json_path.write_text((out_dir / "verdict.json").read_text())

@@ -84,6 +84,31 @@ def check_connect(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
     return anomalies, verdict
 
 
+def add_to_verdict(anomalies: pa.Table, verdict: dict, connect_anomalies: pa.Table,
+                   connect_verdict: dict) -> tuple[pa.Table, dict]:
+    """A fault run's anomalies and verdict with its Connect pipeline's (`--workload connect`)
+    findings and CON-1..3 added."""
+    verdict = dict(verdict, anomalies=dict(verdict["anomalies"]), violations=dict(verdict["violations"]),
+                   guarantees=dict(verdict["guarantees"]), unchecked=dict(verdict.get("unchecked", {})),
+                   connect={k: connect_verdict[k] for k in ("topic", "exactly_once", "worker_kills", "records")})
+    for row in connect_anomalies.to_pylist():
+        n = connect_verdict["anomalies"][row["anomaly"]]
+        verdict["anomalies"][row["anomaly"]] = n
+        if row["violation"]:
+            verdict["violations"][row["anomaly"]] = n
+    for guarantee_id, entry in connect_verdict["guarantees"].items():
+        if entry["status"] == "not checked":
+            verdict["unchecked"][guarantee_id] = "the pipeline ran at least once (exactly.once.source.support " \
+                                                 "disabled), so a line written twice is allowed"
+            continue
+        verdict["guarantees"][guarantee_id] = {"status": entry["status"], "anomalies": {
+            r["anomaly"]: connect_verdict["anomalies"][r["anomaly"]] for r in connect_anomalies.to_pylist()
+            if r["violation"] and r["guarantee"] == guarantee_id}}
+    verdict["guarantees"] = dict(sorted(verdict["guarantees"].items()))
+    verdict["valid"] = not verdict["violations"]
+    return pa.concat_tables([anomalies, connect_anomalies]), verdict
+
+
 def check_connect_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
     """`kspec check` on a Connect pipeline's history: print the findings, write them, exit 0 or 1."""
     anomalies, verdict = check_connect(spark, history)
