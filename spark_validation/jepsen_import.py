@@ -95,8 +95,8 @@ def _read_ranges(spark: SparkSession, edn_path: Path, work_dir: Path, ranges: in
         for batch in batches:
             for k in batch.column("id").to_pylist():
                 rows, summary = read_range(Path(path), k * range_bytes, (k + 1) * range_bytes)
-                if summary.error is None and rows.rows:
-                    write_history(rows.table(), Path(out) / part_name(k))
+                if summary.error is None and rows.num_rows:
+                    write_history(rows, Path(out) / part_name(k))
                 yield pa.RecordBatch.from_pydict({"range": pa.array([k], pa.int32()), "summary": [summary.to_json()]})
 
     found = spark.range(0, ranges, numPartitions=ranges).mapInArrow(read, SUMMARY_DDL).toArrow()
