@@ -89,7 +89,7 @@ def _imported(history_dir: Path) -> dict | None:
 
 def _read_ranges(spark: SparkSession, edn_path: Path, work_dir: Path, ranges: int,
                  range_bytes: int) -> list[RangeSummary]:
-    path, out = str(edn_path), str(work_dir)
+    path, out = str(edn_path.resolve()), str(work_dir.resolve())  # executors may run in another folder
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -109,7 +109,7 @@ def _patch_invocations(spark: SparkSession, work_dir: Path, fixes: list[list[tup
     patches = [(k, fix) for k, fix in enumerate(fixes) if fix]
     if not patches:
         return
-    out = str(work_dir)
+    out = str(work_dir.resolve())
 
     def patch(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
