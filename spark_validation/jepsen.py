@@ -34,6 +34,7 @@ OP_FIELDS = ("index", "time", "process", "type", "f", "value")
 # what a client process of Jepsen's Kafka workload invokes (jepsen.tests.kafka); the nemesis may invoke anything
 CLIENT_PROCESS_FS = (*CLIENT_FS, *ASSIGNMENT_FS, "crash", "debug-topic-partitions")
 _TYPES = {t: t for t in TYPES}
+LOOKBEHIND_BYTES = 1 << 20  # how far a range looks back for the invocations of its first completions
 
 
 class JepsenError(ValueError):
@@ -325,7 +326,48 @@ def read_range(path: Path, start_byte: int, end_byte: int, vectorised: bool = Tr
         else:
             table = fast_table
     table, summary.unresolved, summary.invoked_ns = pair_invocations(table)
+    if summary.unresolved and start_byte > 0 and vectorised:
+        before = invocations_before(path, summary.first_byte, {p for _, _, p in summary.unresolved})
+        table = set_invocations(table, [(row, n, before[p]) for row, n, p in summary.unresolved
+                                        if before.get(p) is not None])
+        summary.unresolved = [(row, n, p) for row, n, p in summary.unresolved if p not in before]
     return table, summary
+
+
+def invocations_before(path: Path, end_byte: int, processes: set[int]) -> dict[int, int | None]:
+    """What the last record of each of processes before end_byte (a line start) leaves pending: its
+    time if an invocation, else None; None too when the file start is reached without one. Read
+    back line by line up to LOOKBEHIND_BYTES, only over lines jepsen_lines.LINE matches (one op map
+    a line); a process not found is left to the import's second job (jepsen_import.py)."""
+    start = max(end_byte - LOOKBEHIND_BYTES, 0)
+    with open(path, "rb") as f:
+        f.seek(start)
+        lines = f.read(end_byte - start).split(b"\n")[int(start > 0):-1]  # the first may be a line's tail
+    found: dict[int, int | None] = {}
+    for line in reversed(lines):
+        match = LINE.fullmatch(line)
+        if match is None:
+            return found
+        index, time_ns, kind, process = match.groups()[:4]
+        process = int(process)
+        if process in processes and process not in found:
+            found[process] = int(time_ns) if kind == b"invoke" else None
+            if len(found) == len(processes):
+                return found
+    return {process: found.get(process) for process in processes} if start == 0 else found
+
+
+def set_invocations(table: pa.Table, fixes: list[tuple[int, int, int]]) -> pa.Table:
+    """table with invoke_time_ns set to ns on rows [row, row + n) for each (row, n, ns) of fixes."""
+    if not fixes:
+        return table
+    column = table.column("invoke_time_ns").combine_chunks()
+    invoke_ns = pc.fill_null(column, 0).to_numpy().copy()
+    known = column.is_valid().to_numpy(zero_copy_only=False).copy()
+    for row, n, ns in fixes:
+        invoke_ns[row:row + n], known[row:row + n] = ns, True
+    return table.set_column(table.schema.get_field_index("invoke_time_ns"), HISTORY_SCHEMA.field("invoke_time_ns"),
+                            pa.array(invoke_ns, pa.int64(), mask=~known))
 
 
 def pair_invocations(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]], list[tuple[int, int | None]]]:
