@@ -41,7 +41,12 @@ def check(history: Path, master: str, remote: str | None, json_path: Path | None
     where = remote or master
 
     def new_session() -> SparkSession:
-        return connect_session(remote) if remote else spark_session(master)
+        if remote is None:
+            return spark_session(master)
+        try:
+            return connect_session(remote)
+        except ConnectionError as e:
+            _bad_input(str(e))
 
     chosen = tuple(c.strip() for c in checks.split(",") if c.strip())
     unknown = [c for c in chosen if c not in CHECKS]

@@ -13,8 +13,10 @@ repartition, persist, groupBy, toArrow); the server's Python workers must import
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tempfile
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -23,6 +25,8 @@ SHUFFLE_PARTITIONS = 4
 DRIVER_MEMORY = "2g"  # the JVM holds only compressed blobs and results; the data lives in Python workers
 MAX_RESULT_SIZE = "1g"
 ARROW_BATCH_ROWS = 1 << 16
+CONNECT_PORT = 15002  # Spark Connect's default port
+CONNECT_TIMEOUT_S = 10.0  # the client itself retries an unreachable server for minutes
 
 
 SQL_CONF = {  # settings a session may change at run time: the same on a local, cluster or Connect session
@@ -60,7 +64,13 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -
 
 
 def connect_session(remote: str) -> SparkSession:
-    """A Spark Connect session on the server at remote (sc://HOST:PORT), with the checker's SQL settings."""
+    """A Spark Connect session on the server at remote (sc://HOST:PORT), with the checker's SQL settings.
+    ConnectionError when nothing listens there."""
+    url = urlsplit(remote)
+    try:
+        socket.create_connection((url.hostname, url.port or CONNECT_PORT), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as e:
+        raise ConnectionError(f"cannot reach the Spark Connect server at {remote} ({e})") from None
     spark = SparkSession.builder.remote(remote).getOrCreate()
     for key, value in SQL_CONF.items():
         spark.conf.set(key, value)

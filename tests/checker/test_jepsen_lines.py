@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from spark_validation.jepsen import read_edn_rows
+from spark_validation.frames import history_files
+from spark_validation.jepsen import read_edn_rows, read_range
 from spark_validation.jepsen_import import import_edn
 from spark_validation.jepsen_lines import LINE
 
@@ -75,4 +76,14 @@ def test_ranges_of_mixed_lines_imported_in_spark_give_the_in_process_table(spark
     edn = tmp_path / "history.edn"
     edn.write_text(MIXED * 40)  # indices repeat: the import does not need them in order
     history_dir = import_edn(spark, edn, tmp_path / "out" / "history.parquet", range_bytes=900)
+    assert _imported_table(history_dir).equals(read_edn_rows(edn, vectorised=False))
+
+
+def test_a_range_of_one_map_a_line_finds_the_invocations_before_it_by_reading_back(spark, tmp_path):
+    edn = tmp_path / "history.edn"
+    edn.write_text("".join(line + "\n" for line in MIXED.splitlines() if LINE.fullmatch(line.encode())) * 20)
+    summaries = [read_range(edn, start, start + 700)[1] for start in range(0, edn.stat().st_size, 700)]
+    assert all(not s.unresolved for s in summaries)  # nothing left for the import's second job
+    history_dir = import_edn(spark, edn, tmp_path / "out" / "history.parquet", range_bytes=700)
+    assert len(history_files(history_dir)) > 5
     assert _imported_table(history_dir).equals(read_edn_rows(edn, vectorised=False))

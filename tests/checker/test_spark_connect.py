@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from .connect_server import START_TIMEOUT_S, ConnectServer
+from .standalone import free_port
 from .test_jepsen_import import findings
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -42,4 +43,15 @@ def test_a_remote_that_is_not_a_connect_url_is_one_line_and_exit_2(tmp_path):
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == ["kspec check: --remote spark://127.0.0.1:7077: expected a Spark "
                                                "Connect URL, sc://HOST:PORT"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_connect_server_that_is_not_there_is_one_line_and_exit_2(tmp_path):
+    remote = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
+    run = subprocess.run([sys.executable, "-m", "kspec.cli", "check", str(FIXTURES / "jepsen-clean.edn"),
+                          "--remote", remote, "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kspec check: cannot reach the Spark Connect server at {remote}")
     assert not (tmp_path / "out").exists()
