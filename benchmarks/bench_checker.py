@@ -2,7 +2,8 @@
 single-process numpy/pyarrow implementation of the same per-partition checks, the cycle
 search on transactional ops, log verification beside a WGL search on small histories, and
 `kspec check` end to end on a Jepsen-format history.edn (generated here in the shape of
-Jepsen's queue workload, with a lost write and a duplicate injected).
+Jepsen's queue workload, with a lost write and a duplicate injected), and its import alone
+with each EDN reader (every line through edn.py, or the common lines vectorised).
 
     python benchmarks/bench_checker.py                      # 1M ops
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
