@@ -2,7 +2,8 @@
 single-process numpy/pyarrow implementation of the same per-partition checks, the cycle
 search on transactional ops, log verification beside a WGL search on small histories, and
 `kspec check` end to end on a Jepsen-format history.edn (generated here in the shape of
-Jepsen's queue workload, with a lost write and a duplicate injected).
+Jepsen's queue workload, with a lost write and a duplicate injected), and its import alone
+with each EDN reader (every line through edn.py, or the common lines vectorised).
 
     python benchmarks/bench_checker.py                      # 1M ops
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
@@ -586,12 +587,41 @@ def bench_edn(n_ops: int, work: Path) -> None:
                                                                                               "duplicate")]
     for r in lost:
         print(f"  {r['anomaly']}: {r['topic']}-{r['partition']} values {r['values']} offsets {r['offsets']}")
-    t1 = time.monotonic()
-    from spark_validation.jepsen import read_edn_rows
-    rows = read_edn_rows(edn)
-    print(f"single-process read of the same file (spark_validation.jepsen.read_edn_rows, the in-process "
-          f"reader): {time.monotonic() - t1:.1f} s, {rows.rows:,} rows, peak Python {python_peak_rss_mb():.0f} MB",
-          flush=True)
+    import_s = {}
+    for vectorised in (False, True):  # the import alone, each in a fresh Spark session: the general reader, then numpy
+        label = "vectorised lines (numpy)" if vectorised else "every line through edn.py + HistoryRows (before)"
+        command = [sys.executable, "-c", IMPORT_ONLY, str(edn), str(work / f"import-{vectorised}"), str(vectorised)]
+        seconds, peak_mb, code, stdout = timed_command(command)
+        assert code == 0, f"the import failed (exit {code})"
+        startup_s, import_s[vectorised] = json.loads(stdout)
+        print(f"the import alone on {MASTER}, {label}: {import_s[vectorised]:.1f} s ({seconds:.1f} s with Spark "
+              f"start-up {startup_s:.1f} s), peak RSS of the process tree {peak_mb:.0f} MB", flush=True)
+    print(f"  the import: {import_s[False] / import_s[True]:.1f}x faster vectorised", flush=True)
+    if injected["bytes"] <= EDN_IN_PROCESS_BYTES_MAX:
+        from spark_validation.jepsen import read_edn_rows
+        cpu_s = {}
+        for vectorised in (False, True):
+            t1 = time.process_time()
+            rows = read_edn_rows(edn, vectorised).num_rows
+            cpu_s[vectorised] = time.process_time() - t1
+        print(f"single-process read of the same file (spark_validation.jepsen.read_edn_rows, {rows:,} rows), CPU "
+              f"seconds: {cpu_s[False]:.1f} s through edn.py + HistoryRows ({1e6 * cpu_s[False] / injected['ops']:.1f}"
+              f" us a line), {cpu_s[True]:.1f} s vectorised ({1e6 * cpu_s[True] / injected['ops']:.1f} us a line), "
+              f"{cpu_s[False] / cpu_s[True]:.1f}x; peak Python {python_peak_rss_mb():.0f} MB", flush=True)
+
+
+EDN_IN_PROCESS_BYTES_MAX = 400 << 20  # the in-process read holds the whole table: not for 10M ops
+IMPORT_ONLY = """
+import sys, time
+from pathlib import Path
+from spark_validation.jepsen_import import import_edn
+from spark_validation.session import spark_session
+started = time.monotonic()
+spark = spark_session("local[2]", "kspec-bench-import")
+ready = time.monotonic()
+import_edn(spark, Path(sys.argv[1]), Path(sys.argv[2]) / "history.parquet", vectorised=sys.argv[3] == "True")
+print([ready - started, time.monotonic() - ready])
+"""
 
 
 def main() -> None:

@@ -153,7 +153,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     if "cycles" in checks:
         jobs[EDGES] = cycles.dependency_edges
     jobs.update({name: job for name, (job, _) in OUTPUTS.items()})
-    h = HistoryFrames(spark, str(parquet_path), int(spark.conf.get("spark.sql.shuffle.partitions")))
+    h = HistoryFrames(spark, str(parquet_path.resolve()), int(spark.conf.get("spark.sql.shuffle.partitions")))
     results = h.per_partition(jobs, h.proven_ops())
     h.unpersist()
     pass_s = time.monotonic() - started

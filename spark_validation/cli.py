@@ -19,7 +19,7 @@ from spark_validation.connect import check_connect, is_connect_history
 from spark_validation.eos import add_to_verdict, check_eos, is_streams_history
 from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.progress import CheckProgress
-from spark_validation.session import DEFAULT_MASTER, spark_session
+from spark_validation.session import DEFAULT_MASTER, connect_session, spark_session
 
 EXIT_VALID, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -31,24 +31,38 @@ def _default_out(history: Path) -> Path:
 @click.command()
 @click.argument("history", type=click.Path(path_type=Path))
 @click.option("--master", default=DEFAULT_MASTER, show_default=True, help="Spark master URL.")
+@click.option("--remote", help="Spark Connect server (sc://HOST:PORT) to run the checks on, instead of --master.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the verdict JSON here.")
 @click.option("--checks", default=",".join(CHECKS), show_default=False,
               help=f"Comma-separated checks (default all): {', '.join(CHECKS)}.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for anomalies.parquet and verdict.json (default: beside the history).")
-def check(history: Path, master: str, json_path: Path | None, checks: str, out_dir: Path | None) -> None:
+def check(history: Path, master: str, remote: str | None, json_path: Path | None, checks: str,
+          out_dir: Path | None) -> None:
     """Check HISTORY (a kspec history folder, a .parquet file or a Jepsen history.edn)."""
+    if remote is not None and not remote.startswith("sc://"):
+        _bad_input(f"--remote {remote}: expected a Spark Connect URL, sc://HOST:PORT")
+    where = remote or master
+
+    def new_session() -> SparkSession:
+        if remote is None:
+            return spark_session(master)
+        try:
+            return connect_session(remote)
+        except ConnectionError as e:
+            _bad_input(str(e))
+
     chosen = tuple(c.strip() for c in checks.split(",") if c.strip())
     unknown = [c for c in chosen if c not in CHECKS]
     if unknown or not chosen:
         _bad_input(f"unknown check(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CHECKS)}")
     out_dir = out_dir or _default_out(history)
     if is_mirror_history(history):  # `kspec mirror record`: both clusters of one flow
-        sys.exit(check_mirror_history(history, spark_session(master), out_dir, json_path))
+        sys.exit(check_mirror_history(history, new_session(), out_dir, json_path))
     with CheckProgress() as progress:
         def session() -> SparkSession:
-            spark = spark_session(master)
+            spark = new_session()
             progress.stages(spark)
             return spark
 
@@ -57,7 +71,7 @@ def check(history: Path, master: str, json_path: Path | None, checks: str, out_d
             parquet_path, options = resolve_history(history, out_dir, session)
         except HistoryError as e:
             _bad_input(str(e))
-        click.echo(f"checking {history} on {master} ({len(chosen)} checks)", err=True)
+        click.echo(f"checking {history} on {where} ({len(chosen)} checks)", err=True)
         spark = session()
         progress.stages(spark, history_rows(parquet_path))
         result = run_checks(spark, parquet_path, options, chosen, progress=progress.check)

@@ -8,20 +8,26 @@ the schema has no column for (error, poll-ms, rebalance-log, nemesis values) is 
 in the row's extra JSON.
 
 Jepsen writes one op map per line (bare, or inside one vector that spans the file);
-EdnRecords also reads maps spread over several lines. Both this module's in-process
-reader and the Spark import (jepsen_import.py) map records with HistoryRows, so they
-build the same table. A record that is not a Jepsen op raises JepsenError naming its line.
+EdnRecords also reads maps spread over several lines. read_range reads the lines of the
+common shapes a range at a time with numpy (jepsen_lines.py) and every other line through
+EdnRecords and HistoryRows, and merges the two in line order; both this module's in-process
+reader and the Spark import (jepsen_import.py) read with it, so they build the same table.
+A record that is not a Jepsen op raises JepsenError naming its line.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_validation.edn import EdnEndError, EdnError, Keyword, UnexpectedCloser, read_all, to_json
+from spark_validation.jepsen_lines import LINE, rows_of
 from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA, NEMESIS_PROCESS, TYPES, Op, ops_from_table
 
 OP_FIELDS = ("index", "time", "process", "type", "f", "value")
@@ -29,6 +35,7 @@ OP_FIELDS = ("index", "time", "process", "type", "f", "value")
 # plus, from kspec's own runs, the replica audit's reads and the leader-epoch observations (faults/audit.py, epochs.py)
 CLIENT_PROCESS_FS = (*CLIENT_FS, *ASSIGNMENT_FS, "crash", "debug-topic-partitions", "replica-read", "leader-epochs")
 _TYPES = {t: t for t in TYPES}
+LOOKBEHIND_BYTES = 1 << 20  # how far a range looks back for the invocations of its first completions
 
 
 class JepsenError(ValueError):
@@ -40,24 +47,23 @@ class JepsenError(ValueError):
 
 
 class EdnRecords:
-    """The top-level maps of EDN text given line by line, with the line each starts on.
+    """The top-level maps of EDN text given as (line number, line), with the line each starts on.
 
     A leading "[" on the first form and the "]" that closes it are the vector Jepsen may
     wrap the history in. A form left open at the end of a line continues on the next;
     `open_line` is where a form still open (`pending`) starts.
     """
 
-    def __init__(self, first_line: int = 1, at_file_start: bool = True):
-        self.line = first_line - 1
+    def __init__(self, at_file_start: bool = True):
+        self.line = 0
         self.at_file_start = at_file_start
         self.wrapper_opened = False
         self.wrapper_closed_line: int | None = None
         self.pending: list[str] = []
         self.open_line: int | None = None
 
-    def records(self, lines: Iterable[str]) -> Iterator[tuple[int, dict]]:
-        for line in lines:
-            self.line += 1
+    def records(self, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[int, dict]]:
+        for self.line, line in lines:
             if self.pending:
                 self.pending.append(line)
                 text = "\n".join(self.pending)
@@ -103,18 +109,12 @@ class EdnRecords:
 
 
 class HistoryRows:
-    """Jepsen records mapped onto HISTORY_SCHEMA rows, appended column by column.
-
-    A completion is paired with the latest invocation of its process seen here. One whose
-    process has not been seen here yet is listed in `unresolved` (first row, rows, process):
-    when these records are a slice of a longer history, its invocation may lie before it.
-    `invoked_ns` is then what the slice leaves pending: process -> invocation time, or None.
-    """
+    """Jepsen records mapped onto HISTORY_SCHEMA rows, appended column by column, with the line
+    of each row (invoke_time_ns is left null: pair_invocations sets it over a whole range)."""
 
     def __init__(self):
         self.columns: dict[str, list] = {name: [] for name in HISTORY_SCHEMA.names}
-        self.invoked_ns: dict[int, int | None] = {}
-        self.unresolved: list[tuple[int, int, int]] = []
+        self.lines: list[int] = []
         self.records = 0
         self.without_index = 0
 
@@ -143,9 +143,6 @@ class HistoryRows:
         f = str(f)
         time_ns = record.get("time", 0)
         _need(line, "time", time_ns, int)
-        unresolved = kind != "invoke" and process not in self.invoked_ns
-        invoke_ns = time_ns if kind == "invoke" else self.invoked_ns.get(process)
-        self.invoked_ns[process] = time_ns if kind == "invoke" else None
         value = record.get("value")
         extra = {str(k): to_json(v) for k, v in record.items() if k not in OP_FIELDS}
         rebalance_log = record.get("rebalance-log") or ()
@@ -172,11 +169,10 @@ class HistoryRows:
         c["type"].extend([kind] * n)
         c["f"].extend([f] * n)
         c["time_ns"].extend([time_ns] * n)
-        c["invoke_time_ns"].extend([invoke_ns] * n)
+        c["invoke_time_ns"].extend([None] * n)
         c["extra"].append(json.dumps(extra, sort_keys=True) if extra else None)
         c["extra"].extend([None] * (n - 1))
-        if unresolved:
-            self.unresolved.append((first_row, n, process))
+        self.lines.extend([line] * n)
 
     def _row(self, mop_index, mop_f, key, value, offset, rebalanced: bool) -> None:
         c = self.columns
@@ -263,8 +259,8 @@ class RangeSummary:
     wrapper_opened: bool = False     # the first form opened the vector around the history
     wrapper_closed_line: int | None = None
     error: tuple[int, str] | None = None              # (line, problem); lines count from the range's first
-    unresolved: list[tuple[int, int, int]] = field(default_factory=list)  # HistoryRows.unresolved
-    invoked_ns: list[tuple[int, int | None]] = field(default_factory=list)  # HistoryRows.invoked_ns
+    unresolved: list[tuple[int, int, int]] = field(default_factory=list)  # pair_invocations
+    invoked_ns: list[tuple[int, int | None]] = field(default_factory=list)  # pair_invocations
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -274,37 +270,135 @@ class RangeSummary:
         return cls(**json.loads(text))
 
 
-def read_range(path: Path, start_byte: int, end_byte: int) -> tuple[HistoryRows, RangeSummary]:
-    """The records of the lines that start in [start_byte, end_byte) of a history.edn, and the summary."""
+def read_range(path: Path, start_byte: int, end_byte: int, vectorised: bool = True) -> tuple[pa.Table, RangeSummary]:
+    """The rows of the lines that start in [start_byte, end_byte) of a history.edn, and the summary.
+    With vectorised, the lines jepsen_lines.LINE matches are read together with numpy; without,
+    every line goes through EdnRecords and HistoryRows (the tests compare the two)."""
     with open(path, "rb") as f:
         if start_byte > 0:
             f.seek(start_byte - 1)
             f.readline()  # the rest of a line that started before this range
         summary = RangeSummary(f.tell())
-        reader, rows = EdnRecords(at_file_start=start_byte == 0), HistoryRows()
+        data = f.read(max(end_byte - summary.first_byte, 0))
+        if data and not data.endswith(b"\n"):
+            data += f.readline()  # the last line that starts in the range, to its end
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    matches: list[re.Match | None] = [LINE.fullmatch(line) for line in lines] if vectorised else [None] * len(lines)
+    reader, rows = EdnRecords(at_file_start=start_byte == 0), HistoryRows()
+    line_now = 0
 
-        def lines() -> Iterator[str]:
-            position = summary.first_byte
-            while position < end_byte:
-                raw = f.readline()
-                if not raw:
-                    return
-                position += len(raw)
-                yield raw.decode("utf-8")
+    def slow_lines() -> Iterator[tuple[int, str]]:
+        """The lines the general reader takes: those LINE did not match, and every line while a form
+        is open or after the vector around the history closed."""
+        nonlocal line_now
+        for position, line in enumerate(lines):
+            line_now = position + 1
+            if matches[position] is not None:
+                if not reader.pending and reader.wrapper_closed_line is None:
+                    reader.at_file_start = False
+                    continue
+                matches[position] = None
+            yield line_now, line.decode("utf-8")
 
-        try:
-            for line, record in reader.records(lines()):
-                rows.add(line, record)
-        except JepsenError as e:
-            summary.error = (e.line, e.problem)
-        except UnicodeDecodeError as e:
-            summary.error = (reader.line, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)")
-    summary.records, summary.without_index = rows.records, rows.without_index
+    try:
+        for line, record in reader.records(slow_lines()):
+            rows.add(line, record)
+    except JepsenError as e:
+        summary.error = (e.line, e.problem)
+    except UnicodeDecodeError as e:
+        summary.error = (line_now, f"not UTF-8 text ({e.reason} at byte {e.start} of the line)")
+    fast = [(position + 1, m) for position, m in enumerate(matches) if m is not None]
+    if rows.without_index and fast:  # a record's :index is its position among all the range's records
+        return read_range(path, start_byte, end_byte, vectorised=False)
+    summary.records, summary.without_index = rows.records + len(fast), rows.without_index
     summary.wrapper_opened = reader.wrapper_opened
     summary.wrapper_closed_line = reader.wrapper_closed_line
     summary.open_line = reader.open_line if reader.pending else None
-    summary.unresolved, summary.invoked_ns = rows.unresolved, list(rows.invoked_ns.items())
-    return rows, summary
+    if summary.error:
+        return HISTORY_SCHEMA.empty_table(), summary
+    table = rows.table()
+    if fast:
+        fast_table, fast_lines = rows_of([line for line, _ in fast], [m for _, m in fast])
+        if table.num_rows:
+            table = pa.concat_tables([fast_table, table])
+            table = table.take(np.lexsort((table["seq"].to_numpy(), np.concatenate([fast_lines, rows.lines]))))
+        else:
+            table = fast_table
+    table, summary.unresolved, summary.invoked_ns = pair_invocations(table)
+    if summary.unresolved and start_byte > 0 and vectorised:
+        before = invocations_before(path, summary.first_byte, {p for _, _, p in summary.unresolved})
+        table = set_invocations(table, [(row, n, before[p]) for row, n, p in summary.unresolved
+                                        if before.get(p) is not None])
+        summary.unresolved = [(row, n, p) for row, n, p in summary.unresolved if p not in before]
+    return table, summary
+
+
+def invocations_before(path: Path, end_byte: int, processes: set[int]) -> dict[int, int | None]:
+    """What the last record of each of processes before end_byte (a line start) leaves pending: its
+    time if an invocation, else None; None too when the file start is reached without one. Read
+    back line by line up to LOOKBEHIND_BYTES, only over lines jepsen_lines.LINE matches (one op map
+    a line); a process not found is left to the import's second job (jepsen_import.py)."""
+    start = max(end_byte - LOOKBEHIND_BYTES, 0)
+    with open(path, "rb") as f:
+        f.seek(start)
+        lines = f.read(end_byte - start).split(b"\n")[int(start > 0):-1]  # the first may be a line's tail
+    found: dict[int, int | None] = {}
+    for line in reversed(lines):
+        match = LINE.fullmatch(line)
+        if match is None:
+            return found
+        index, time_ns, kind, process = match.groups()[:4]
+        process = int(process)
+        if process in processes and process not in found:
+            found[process] = int(time_ns) if kind == b"invoke" else None
+            if len(found) == len(processes):
+                return found
+    return {process: found.get(process) for process in processes} if start == 0 else found
+
+
+def set_invocations(table: pa.Table, fixes: list[tuple[int, int, int]]) -> pa.Table:
+    """table with invoke_time_ns set to ns on rows [row, row + n) for each (row, n, ns) of fixes."""
+    if not fixes:
+        return table
+    column = table.column("invoke_time_ns").combine_chunks()
+    invoke_ns = pc.fill_null(column, 0).to_numpy().copy()
+    known = column.is_valid().to_numpy(zero_copy_only=False).copy()
+    for row, n, ns in fixes:
+        invoke_ns[row:row + n], known[row:row + n] = ns, True
+    return table.set_column(table.schema.get_field_index("invoke_time_ns"), HISTORY_SCHEMA.field("invoke_time_ns"),
+                            pa.array(invoke_ns, pa.int64(), mask=~known))
+
+
+def pair_invocations(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]], list[tuple[int, int | None]]]:
+    """Set invoke_time_ns: an invocation's own time, a completion's the time of its process's record
+    before it when that was an invocation. Also returns the completions whose process has no record
+    before them here, (first row, rows, process): when the rows are a range of a longer history
+    their invocation may lie in an earlier range; and what the rows leave pending, process ->
+    invocation time or None, in order of first appearance."""
+    if table.num_rows == 0:
+        return table, [], []
+    first = np.flatnonzero(table["seq"].to_numpy() == 0)
+    n = np.diff(np.append(first, table.num_rows))
+    process = table["process"].to_numpy()[first]
+    time_ns = table["time_ns"].to_numpy()[first]
+    invoke = pc.equal(table["type"], "invoke").to_numpy(zero_copy_only=False)[first]
+    order = np.lexsort((np.arange(len(first)), process))
+    p, inv, t = process[order], invoke[order], time_ns[order]
+    after = np.concatenate([[False], p[1:] == p[:-1]])  # a record of the same process comes before
+    invoke_ns, known, unresolved = (np.empty_like(t), np.empty_like(inv), np.empty_like(inv))
+    invoke_ns[order] = np.where(inv, t, np.concatenate([[0], t[:-1]]))
+    known[order] = inv | (after & np.concatenate([[False], inv[:-1]]))
+    unresolved[order] = ~inv & ~after
+    column = pa.array(np.repeat(invoke_ns, n), pa.int64(), mask=np.repeat(~known, n))
+    table = table.set_column(table.schema.get_field_index("invoke_time_ns"),
+                             HISTORY_SCHEMA.field("invoke_time_ns"), column)
+    last = np.concatenate([p[1:] != p[:-1], [True]])
+    group_first = np.maximum.accumulate(np.where(~after, np.arange(len(p)), 0))
+    pending = sorted((int(order[group_first[i]]), int(p[i]), int(t[i]) if inv[i] else None) for i in np.flatnonzero(last))
+    return (table, [(int(first[r]), int(n[r]), int(process[r])) for r in np.flatnonzero(unresolved)],
+            [(process_, ns) for _, process_, ns in pending])
 
 
 def read_whole_again(summaries: list[RangeSummary]) -> bool:
@@ -353,15 +447,15 @@ def invocations_across_ranges(summaries: list[RangeSummary]) -> list[list[tuple[
     return fixes
 
 
-def read_edn_rows(path: Path) -> HistoryRows:
-    """Every record of a history.edn, read in this process as one range (jepsen_import.py reads
-    the same in parallel)."""
-    rows, summary = read_range(path, 0, Path(path).stat().st_size)
+def read_edn_rows(path: Path, vectorised: bool = True) -> pa.Table:
+    """Every record of a history.edn as HISTORY_SCHEMA rows, read in this process as one range
+    (jepsen_import.py reads the same in parallel)."""
+    table, summary = read_range(path, 0, Path(path).stat().st_size, vectorised)
     problem = first_problem(path, [summary])
     if problem:
         raise problem
-    return rows
+    return table
 
 
 def read_edn_history(path: Path) -> list[Op]:
-    return list(ops_from_table(read_edn_rows(Path(path)).table()))
+    return list(ops_from_table(read_edn_rows(Path(path))))

@@ -4,9 +4,10 @@ folder of Parquet parts (spec/history.py's schema), the same table jepsen.read_e
 1. The file is cut into byte ranges of range_bytes; a range holds the lines that start in it.
    One task per range reads them (jepsen.read_range: one op map a line, or spread over lines),
    writes part-NNNNN.parquet and returns a small summary.
-2. The driver chains the summaries in file order: a completion whose invocation lies in an
-   earlier range gets that invocation's time (jepsen.invocations_across_ranges), and a second
-   job patches invoke_time_ns in those parts. The driver holds only summaries: a few entries
+2. A completion whose invocation lies in an earlier range gets that invocation's time: the task
+   reads back from its range's start over one-map-a-line op lines (jepsen.invocations_before);
+   what that leaves open, the driver chains from the summaries in file order
+   (jepsen.invocations_across_ranges) and a second job patches invoke_time_ns in those parts. The driver holds only summaries: a few entries
    per process and range, never rows.
 3. When a form crosses a range boundary (a file that is not one map a line) or a record has
    no :index (its index is its position), the file is read again as one range: the same code,
@@ -26,12 +27,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from spark_validation.jepsen import (RangeSummary, first_problem, invocations_across_ranges, read_range,
-                                     read_whole_again)
+                                     read_whole_again, set_invocations)
 from spec.history import write_history
 
 RANGE_BYTES = 16 << 20  # a task's share of the file: about 70,000-120,000 Jepsen op lines
@@ -43,8 +43,10 @@ def part_name(range_index: int) -> str:
     return f"part-{range_index:05d}.parquet"
 
 
-def import_edn(spark: SparkSession, edn_path: Path, history_dir: Path, range_bytes: int = RANGE_BYTES) -> Path:
-    """history_dir holding edn_path as Parquet parts (reused when it already holds this file)."""
+def import_edn(spark: SparkSession, edn_path: Path, history_dir: Path, range_bytes: int = RANGE_BYTES,
+               vectorised: bool = True) -> Path:
+    """history_dir holding edn_path as Parquet parts (reused when it already holds this file).
+    vectorised: as jepsen.read_range (False only to compare the two readers)."""
     source = _source(edn_path)
     if _imported(history_dir) == source:
         return history_dir
@@ -54,11 +56,11 @@ def import_edn(spark: SparkSession, edn_path: Path, history_dir: Path, range_byt
     try:
         size = source["bytes"]
         ranges = max(-(-size // range_bytes), 1)
-        summaries = _read_ranges(spark, edn_path, work_dir, ranges, range_bytes)
+        summaries = _read_ranges(spark, edn_path, work_dir, ranges, range_bytes, vectorised)
         if read_whole_again(summaries):
             for part in work_dir.glob("part-*.parquet"):
                 part.unlink()
-            summaries = _read_ranges(spark, edn_path, work_dir, 1, size + 1)
+            summaries = _read_ranges(spark, edn_path, work_dir, 1, size + 1, vectorised)
         problem = first_problem(edn_path, summaries)
         if problem:
             raise problem
@@ -87,16 +89,16 @@ def _imported(history_dir: Path) -> dict | None:
         return None
 
 
-def _read_ranges(spark: SparkSession, edn_path: Path, work_dir: Path, ranges: int,
-                 range_bytes: int) -> list[RangeSummary]:
-    path, out = str(edn_path), str(work_dir)
+def _read_ranges(spark: SparkSession, edn_path: Path, work_dir: Path, ranges: int, range_bytes: int,
+                 vectorised: bool) -> list[RangeSummary]:
+    path, out = str(edn_path.resolve()), str(work_dir.resolve())  # executors may run in another folder
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for k in batch.column("id").to_pylist():
-                rows, summary = read_range(Path(path), k * range_bytes, (k + 1) * range_bytes)
-                if summary.error is None and rows.rows:
-                    write_history(rows.table(), Path(out) / part_name(k))
+                rows, summary = read_range(Path(path), k * range_bytes, (k + 1) * range_bytes, vectorised)
+                if summary.error is None and rows.num_rows:
+                    write_history(rows, Path(out) / part_name(k))
                 yield pa.RecordBatch.from_pydict({"range": pa.array([k], pa.int32()), "summary": [summary.to_json()]})
 
     found = spark.range(0, ranges, numPartitions=ranges).mapInArrow(read, SUMMARY_DDL).toArrow()
@@ -109,21 +111,14 @@ def _patch_invocations(spark: SparkSession, work_dir: Path, fixes: list[list[tup
     patches = [(k, fix) for k, fix in enumerate(fixes) if fix]
     if not patches:
         return
-    out = str(work_dir)
+    out = str(work_dir.resolve())
 
     def patch(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for position in batch.column("id").to_pylist():
                 k, fix = patches[position]
                 part = Path(out) / part_name(k)
-                table = pq.read_table(part)
-                column = table.column("invoke_time_ns").combine_chunks()
-                invoke_ns = pc.fill_null(column, 0).to_numpy().copy()
-                known = column.is_valid().to_numpy(zero_copy_only=False).copy()
-                for row, n, ns in fix:
-                    invoke_ns[row:row + n], known[row:row + n] = ns, True
-                table = table.set_column(table.schema.get_field_index("invoke_time_ns"), "invoke_time_ns",
-                                         pa.array(invoke_ns, pa.int64(), mask=~known))
+                table = set_invocations(pq.read_table(part), fix)
                 patched = part.with_suffix(".patched")
                 write_history(table, patched)
                 os.replace(patched, part)

@@ -13,6 +13,8 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from spark_validation.session import is_connect
+
 POLL_S = 0.5  # how often Spark's status tracker is read
 
 
@@ -48,8 +50,10 @@ class CheckProgress:
             self.bars.stop()
 
     def stages(self, spark: SparkSession, history_rows: int = 0) -> None:
-        """Follow spark's stages; history_rows (when known) gives a rate."""
-        self.spark, self.history_rows = spark, history_rows
+        """Follow spark's stages; history_rows (when known) gives a rate. A Spark Connect session has no
+        status tracker: only the checks are shown."""
+        if not is_connect(spark):
+            self.spark, self.history_rows = spark, history_rows
 
     def check(self, name: str, position: int, total: int, rows: int, seconds: float) -> None:
         if not self.live:

@@ -3,12 +3,20 @@
 Defaults suit local[*] on a laptop: the UI off, few shuffle partitions (adaptive query
 execution coalesces them further), driver memory bounded, scratch files in a temporary
 directory, warnings only. A cluster master (`spark://...`) gets the same SQL settings.
+
+A Spark Connect server (`sc://HOST:PORT`, connect_session) gets only the SQL settings: the
+server owns its JVM, executors, scratch folders and logging, and a Connect client has no
+SparkContext. The checker uses only DataFrame operations Connect serves (range, mapInArrow,
+repartition, persist, groupBy, toArrow); the server's Python workers must import kspec
+(its PYTHONPATH or spark.pyspark.python) and see the history's folder by the same path.
 """
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import tempfile
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -17,6 +25,17 @@ SHUFFLE_PARTITIONS = 4
 DRIVER_MEMORY = "2g"  # the JVM holds only compressed blobs and results; the data lives in Python workers
 MAX_RESULT_SIZE = "1g"
 ARROW_BATCH_ROWS = 1 << 16
+CONNECT_PORT = 15002  # Spark Connect's default port
+CONNECT_TIMEOUT_S = 10.0  # the client itself retries an unreachable server for minutes
+
+
+SQL_CONF = {  # settings a session may change at run time: the same on a local, cluster or Connect session
+    "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+    "spark.sql.session.timeZone": "UTC",
+}
 
 
 def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -> SparkSession:
@@ -28,21 +47,36 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -
     spark = (
         SparkSession.builder.master(master)
         .appName(app_name)
+        .config(map=SQL_CONF)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(SHUFFLE_PARTITIONS))
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
         .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
         .config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
         .config("spark.local.dir", local_dir)
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
         # A Python worker exits with its task: a reused one keeps its partitions' memory (about 1 GB
         # at 10M ops) resident while the driver runs the cycle search, its own peak.
         .config("spark.python.worker.reuse", "false")
-        .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def connect_session(remote: str) -> SparkSession:
+    """A Spark Connect session on the server at remote (sc://HOST:PORT), with the checker's SQL settings.
+    ConnectionError when nothing listens there."""
+    url = urlsplit(remote)
+    try:
+        socket.create_connection((url.hostname, url.port or CONNECT_PORT), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as e:
+        raise ConnectionError(f"cannot reach the Spark Connect server at {remote} ({e})") from None
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    for key, value in SQL_CONF.items():
+        spark.conf.set(key, value)
+    return spark
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether spark is a Spark Connect client session (it has no SparkContext)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

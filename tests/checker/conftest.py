@@ -36,7 +36,7 @@ def injected(spark, tmp_path_factory):
 def jepsen_anomalies(spark, tmp_path_factory):
     """fixtures/jepsen-anomalies.edn read in this process, and the checker's result on it with local[2]."""
     edn = Path(__file__).parent / "fixtures" / "jepsen-anomalies.edn"
-    parquet = write_history(read_edn_rows(edn).table(), tmp_path_factory.mktemp("jepsen") / "history.parquet")
+    parquet = write_history(read_edn_rows(edn), tmp_path_factory.mktemp("jepsen") / "history.parquet")
     return parquet, run_checks(spark, parquet, RunOptions(sub_via=frozenset({"assign"})))
 
 

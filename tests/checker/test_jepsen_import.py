@@ -43,7 +43,7 @@ def test_ranges_read_in_parallel_give_the_in_process_table(spark, tmp_path, fixt
     edn = FIXTURES / fixture
     history_dir = import_edn(spark, edn, tmp_path / "out" / "history.parquet", SMALL_RANGE_BYTES)
     assert len(history_files(history_dir)) > 1
-    assert _imported_table(history_dir).equals(read_edn_rows(edn).table())
+    assert _imported_table(history_dir).equals(read_edn_rows(edn))
 
 
 def test_ranges_read_in_parallel_give_the_in_process_verdict_and_evidence(spark, tmp_path, jepsen_anomalies):
@@ -60,7 +60,7 @@ def test_maps_spread_over_lines_read_as_one_range_give_the_same_table(spark, tmp
     edn.write_text(_pretty((FIXTURES / "jepsen-anomalies.edn").read_text()))
     history_dir = import_edn(spark, edn, tmp_path / "out" / "history.parquet", SMALL_RANGE_BYTES)
     assert len(history_files(history_dir)) == 1  # a map crossed a range boundary: read again as one range
-    expected = read_edn_rows(FIXTURES / "jepsen-anomalies.edn").table()
+    expected = read_edn_rows(FIXTURES / "jepsen-anomalies.edn")
     assert _imported_table(history_dir).equals(expected)
 
 
@@ -74,7 +74,7 @@ def test_a_second_check_of_the_same_file_reuses_the_import_and_a_changed_file_is
     assert {f: os.stat(f).st_mtime_ns for f in history_files(path)} == parts
     edn.write_text((FIXTURES / "jepsen-clean.edn").read_text())
     resolve_history(edn, out)
-    assert _imported_table(path).equals(read_edn_rows(edn).table())
+    assert _imported_table(path).equals(read_edn_rows(edn))
 
 
 LINE_7 = '{:index 6, :time 7000, :process 2, :type :invoke, :f :send, :value [[:send 4 10] [:send 4 11]]}'
