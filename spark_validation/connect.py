@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
@@ -24,6 +23,7 @@ from pyspark.sql import functions as F
 
 from faults.connect_workload import CONNECT_FILE, SINK_FILE, SOURCE_FILE, TOPIC_FILE
 from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
+from spark_validation.mirror import report_side_history
 
 EVIDENCE_VALUES_MAX = 1024
 GUARANTEES = ("CON-1", "CON-2", "CON-3")
@@ -112,17 +112,7 @@ def add_to_verdict(anomalies: pa.Table, verdict: dict, connect_anomalies: pa.Tab
 def check_connect_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
     """`kspec check` on a Connect pipeline's history: print the findings, write them, exit 0 or 1."""
     anomalies, verdict = check_connect(spark, history)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    pq.write_table(anomalies, out_dir / "anomalies.parquet")
-    for path in (out_dir / "verdict.json", json_path):
-        if path is not None:
-            path.write_text(json.dumps(verdict, indent=2) + "\n")
-    violating = set(anomalies.filter(anomalies["violation"]).column("anomaly").to_pylist())
-    for anomaly, n in verdict["anomalies"].items():
-        click.echo(f"  {anomaly:24} {n:8d}  {'VIOLATION' if anomaly in violating else 'allowed' if n else ''}")
-    click.echo(f"pipeline to {verdict['topic']}: {verdict['records']['source']} lines appended, "
-               f"{verdict['records']['topic']} records, {verdict['records']['sink']} sink lines, "
-               f"{verdict['worker_kills']} worker kills; "
-               + ", ".join(f"{g} {e['status']}" for g, e in verdict["guarantees"].items()))
-    click.echo(f"{'VALID' if verdict['valid'] else 'INVALID'}: results in {out_dir}")
-    return 0 if verdict["valid"] else 1
+    return report_side_history(anomalies, verdict, out_dir, json_path,
+                               f"pipeline to {verdict['topic']}: {verdict['records']['source']} lines appended, "
+                               f"{verdict['records']['topic']} records, {verdict['records']['sink']} sink lines, "
+                               f"{verdict['worker_kills']} worker kills")

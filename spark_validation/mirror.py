@@ -81,6 +81,14 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
 def check_mirror_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
     """`kspec check` on a mirror history: print the findings, write them, exit status 0 or 1."""
     anomalies, verdict = check_mirror(spark, history)
+    return report_side_history(anomalies, verdict, out_dir, json_path,
+                               f"flow {verdict['flow']}: {verdict['records']['source']} source records, "
+                               f"{verdict['records']['target']} copies")
+
+
+def report_side_history(anomalies, verdict: dict, out_dir: Path, json_path: Path | None, summary: str) -> int:
+    """Write a mirror's or Connect pipeline's findings (anomalies.parquet, verdict.json), print
+    them with the summary line and the guarantees, and return the exit status (0 valid, 1 not)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     pq.write_table(anomalies, out_dir / "anomalies.parquet")
     for path in (out_dir / "verdict.json", json_path):
@@ -89,8 +97,6 @@ def check_mirror_history(history: Path, spark: SparkSession, out_dir: Path, json
     violating = set(anomalies.filter(anomalies["violation"]).column("anomaly").to_pylist())
     for anomaly, n in verdict["anomalies"].items():
         click.echo(f"  {anomaly:24} {n:8d}  {'VIOLATION' if anomaly in violating else 'allowed' if n else ''}")
-    click.echo(f"flow {verdict['flow']}: {verdict['records']['source']} source records, "
-               f"{verdict['records']['target']} copies; "
-               + ", ".join(f"{g} {e['status']}" for g, e in verdict["guarantees"].items()))
+    click.echo(f"{summary}; " + ", ".join(f"{g} {e['status']}" for g, e in verdict["guarantees"].items()))
     click.echo(f"{'VALID' if verdict['valid'] else 'INVALID'}: results in {out_dir}")
     return 0 if verdict["valid"] else 1
