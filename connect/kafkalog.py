@@ -21,6 +21,11 @@ log = logging.getLogger("connect.kafkalog")
 READ_BATCH_RECORDS_MAX = 1000
 READ_POLL_TIMEOUT_S = 0.2
 READ_TO_END_TIMEOUT_S = 30.0
+# ListOffsets errors after which the partition's leader is looked up again
+LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                          KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                          KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
+                          KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 TOPIC_CREATE_TIMEOUT_S = 30.0
 
 
@@ -76,8 +81,23 @@ class KafkaBasedLog:
                 self.positions = {tp.partition: tp.offset for tp in positions if tp.offset >= 0}
                 self.progress.notify_all()
 
-    def end_offsets(self) -> dict[int, tuple[int, int]]:
-        """(log start, last stable offset) per partition, from ListOffsets."""
+    def end_offsets(self, timeout_s: float = READ_TO_END_TIMEOUT_S) -> dict[int, tuple[int, int]]:
+        """(log start, last stable offset) per partition, from ListOffsets. A partition whose
+        leader moved (NOT_LEADER_OR_FOLLOWER and the like, retriable) is asked again after a
+        metadata refresh, as Connect's TopicAdmin retries: the admin client answers from its
+        cached leaders until something refreshes them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._list_offsets()
+            except KafkaException as e:
+                if not (e.args[0].retriable() or e.args[0].code() in LEADER_MOVED) or time.monotonic() > deadline:
+                    raise
+                log.info("%s: ListOffsets failed (%s); refreshing metadata and asking again", self.topic, e.args[0])
+                time.sleep(READ_POLL_TIMEOUT_S)
+                self.admin.list_topics(self.topic, timeout=10)
+
+    def _list_offsets(self) -> dict[int, tuple[int, int]]:
         result = {}
         for spec_name in ("earliest", "latest"):
             futures = self.admin.list_offsets({TopicPartition(self.topic, tp.partition): getattr(OffsetSpec, spec_name)()
