@@ -18,6 +18,12 @@ not faked, so time.sleep() raises inside a skewed process; the reference broker 
 
 The offset files live under STATE_DIR/faketime, are removed at teardown, and
 `clean_all()` (`kspec faults clean`) removes what a crashed run left.
+
+In containers (faults/docker_target.py) the same library is in the reference image
+(faults/image.py copies the host's) and the offset files are in the run folder's faketime/,
+bind-mounted into every container at CONTAINER_DIR: the host rewrites a node's file and the
+container reads it, as in netns mode. The folder is mounted, not each file: set_offset
+replaces the file (a rename), and a bind mount of one file keeps seeing the inode it mounted.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from pathlib import Path
 from faults import net
 
 STATE_SUBDIR = "faketime"
+CONTAINER_DIR = "/run/kspec-faketime"   # the run folder's faketime/ inside each container (read-only)
 LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
 REREAD_S = 1
 
@@ -45,19 +52,23 @@ def libfaketime() -> str:
 class NodeClock:
     """One node's clock offset: a file libfaketime reads, and the environment that makes it read it."""
 
-    def __init__(self, run_name: str, index: int, state_dir: Path = net.STATE_DIR) -> None:
+    def __init__(self, run_name: str, index: int, state_dir: Path = net.STATE_DIR,
+                 image_library: str | None = None) -> None:
+        """image_library: the node runs in a container, whose image has the library at that path
+        and which sees state_dir/faketime/ at CONTAINER_DIR."""
         self.path = state_dir / STATE_SUBDIR / f"{run_name}-node{index}"
-        self.library = libfaketime()
+        self.library = image_library or libfaketime()
+        self.seen_as = Path(CONTAINER_DIR, self.path.name) if image_library else self.path
         self.offset_s = 0
 
     def create(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.set_offset(0)
 
-    def environment(self) -> list[str]:
-        """`env` assignments that put the node's process on this clock."""
-        return [f"LD_PRELOAD={self.library}", f"FAKETIME_TIMESTAMP_FILE={self.path}",
-                f"FAKETIME_CACHE_DURATION={REREAD_S}", "FAKETIME_DONT_FAKE_MONOTONIC=1"]
+    def environment(self) -> dict[str, str]:
+        """The environment that puts the node's process on this clock."""
+        return {"LD_PRELOAD": self.library, "FAKETIME_TIMESTAMP_FILE": str(self.seen_as),
+                "FAKETIME_CACHE_DURATION": str(REREAD_S), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
     def set_offset(self, offset_s: int) -> None:
         """Move the wall clock to real time + offset_s (seen by the node within REREAD_S)."""
@@ -72,7 +83,7 @@ class NodeClock:
 
 def wrap(clock: NodeClock, command: list[str]) -> list[str]:
     """The command run with the node's clock (env execs it: the pid stays the node's)."""
-    return ["env", *clock.environment(), *command]
+    return ["env", *(f"{name}={value}" for name, value in clock.environment().items()), *command]
 
 
 def clean_all(state_dir: Path = net.STATE_DIR) -> list[str]:

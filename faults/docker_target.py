@@ -21,6 +21,12 @@ Faults:
   restart, so its chain and current rules are made again when it starts.
 - kill: `docker kill` (SIGKILL), restart: `docker start`, pause: `docker pause` (the cgroup
   freezer: every process of the container stops, as SIGSTOP stops one).
+- clock: libfaketime preloaded into each container's broker (LD_PRELOAD and the faketime
+  environment, faults/clock.py), the library from the reference image (faults/image.py
+  copies the host's), each node's offset file in the run folder's faketime/, bind-mounted
+  read-only at clock.CONTAINER_DIR: the nemesis moves a node's clock by rewriting its file
+  on the host, as in netns mode. An image without the library (one a TOML describes, as a
+  rule) is refused for clock with one line.
 - logs: each container's output (`docker logs`) goes to node-<i>.log when the run ends;
   data directories are bind mounts of the run folder's node-<i>/.
 
@@ -46,6 +52,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from faults import clock
 from faults import image as reference_image
 from faults import net
 from faults.targets import READY_TIMEOUT_S, STOP_TIMEOUT_S, Target, TargetError, reference_overrides
@@ -286,6 +293,8 @@ class ContainerNode:
 class DockerTarget(Target):
     """Target's faults with containers: docker pause/unpause, partitions in the containers' namespaces."""
 
+    clocks: list[clock.NodeClock] | None = None   # each node's, when made for the clock nemesis
+
     def __post_init__(self) -> None:
         assert self.mode == MODE and isinstance(self.network, DockerNetwork) and self.toxiproxy is None
 
@@ -307,12 +316,15 @@ class DockerTarget(Target):
             node.save_log()
 
 
-def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str, client) -> DockerTarget:
-    """Containers of spec.image on a network of their own, created (not started) in the engine.
+def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str, client,
+                  clock_skew: bool = False) -> DockerTarget:
+    """Containers of spec.image on a network of their own, created (not started) in the engine;
+    with clock_skew, each under libfaketime with an offset file in run_dir/faketime/.
 
     Everything made is labelled with the run's name: the caller removes it with
     clean_run, also when this raises half-way."""
     image = reference_image.ensure(client, spec.image)
+    clocks = node_clocks(client, image, nodes, run_dir, run_name) if clock_skew else None
     network = DockerNetwork(client, run_name, nodes)
     network.create()
     hosts = [network.node_address(i) for i in range(nodes)]
@@ -326,16 +338,32 @@ def docker_target(spec: ContainerSpec, nodes: int, run_dir: Path, run_name: str,
             data = run_dir / f"node-{index}"
             data.mkdir(parents=True, exist_ok=True)
             binds[str(data.resolve())] = {"bind": spec.data_dir, "mode": "rw"}
+        environment = {k: v.format(**node_values) for k, v in spec.environment.items()}
+        if clocks:
+            binds[str(clocks[index].path.parent.resolve())] = {"bind": clock.CONTAINER_DIR, "mode": "ro"}
+            environment.update(clocks[index].environment())
         created = client.api.create_container(
             image, command=[word.format(**node_values) for word in spec.command], name=f"{run_name}-n{index}",
-            environment={k: v.format(**node_values) for k, v in spec.environment.items()},
+            environment=environment,
             labels=owner_labels(run_name),
             host_config=client.api.create_host_config(binds=binds, network_mode=network.name),
             networking_config=client.api.create_networking_config(
                 {network.name: client.api.create_endpoint_config(ipv4_address=host)}))
         container_nodes.append(ContainerNode(client.containers.get(created["Id"]), index + 1, host, spec.port,
                                              run_dir / f"node-{index}.log", spec.ready_timeout_s, network, index))
-    return DockerTarget(spec.name, container_nodes, MODE, network)
+    return DockerTarget(spec.name, container_nodes, MODE, network, clocks=clocks)
+
+
+def node_clocks(client, image: str, nodes: int, run_dir: Path, run_name: str) -> list[clock.NodeClock]:
+    """Each node's clock at offset 0, with the library where the image has it (its FAKETIME_LABEL)."""
+    library = client.images.get(image).labels.get(reference_image.FAKETIME_LABEL)
+    if library is None:
+        raise TargetError(f"the clock nemesis preloads libfaketime, which image {image} does not carry (the reference "
+                          "image does, built on a host with it: apt-get install faketime); drop clock")
+    clocks = [clock.NodeClock(run_name, index, run_dir, image_library=library) for index in range(nodes)]
+    for node_clock in clocks:
+        node_clock.create()
+    return clocks
 
 
 def owner_labels(run_name: str) -> dict[str, str]:

@@ -12,6 +12,8 @@ assembled from what already runs the tests here, and imported with the docker SD
   pyproject.toml, with what they require in turn), copied from this environment's
   site-packages by their installed-files lists;
 - the project's own packages (sources and package data, no caches);
+- Debian's libfaketime, when the host has it (faults/clock.py), at FAKETIME_LIBRARY, for the
+  clock nemesis: the image then carries FAKETIME_LABEL, naming it;
 - the shared libraries all of that loads, found with ldd, and the dynamic loader.
 
 Debootstrap from Debian's packages would make a truer Debian, but downloads and unpacks
@@ -34,8 +36,12 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+from faults import clock
+
 REPOSITORY = "kspec-reference"
 LABEL = "org.kspec.faults.image"
+FAKETIME_LABEL = "org.kspec.faults.libfaketime"   # the library's path in an image that carries it
+FAKETIME_LIBRARY = "/opt/kspec/faketime/libfaketime.so.1"
 PYTHON_HOME = "/opt/kspec/python"      # the interpreter's installation, as under sys.base_prefix
 APP_DIR = "/opt/kspec/app"              # the project's packages and their dependencies (PYTHONPATH)
 DATA_DIR = "/data"                      # each node's data directory (a bind mount of the run folder's node-<i>/)
@@ -68,6 +74,10 @@ def files(with_shared_libraries: bool = True) -> dict[str, Path]:
                 chosen[f"{APP_DIR}/{entry}"] = source
     for package in PROJECT_PACKAGES:
         _add_tree(chosen, PROJECT_ROOT / package, f"{APP_DIR}/{package}", {"__pycache__", "node_modules"})
+    try:
+        chosen[FAKETIME_LIBRARY] = Path(clock.libfaketime()).resolve()
+    except clock.ClockUnavailable:
+        pass  # an image without it runs every nemesis but clock
     if with_shared_libraries:
         for path in _shared_libraries([source for source in chosen.values() if _is_elf(source)]):
             chosen[path] = Path(path).resolve()
@@ -103,13 +113,14 @@ def ensure(client, name: str | None = None) -> str:
 def build(client) -> str:
     """Assemble the root filesystem, import it into the engine, return the image's name."""
     name = image_name()
+    chosen = files()
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:
         for directory in ("tmp", DATA_DIR.lstrip("/")):
             info = tarfile.TarInfo(directory)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777
             tar.addfile(info)
-        for path, source in sorted(files().items()):
+        for path, source in sorted(chosen.items()):
             info = tar.gettarinfo(str(source), arcname=path.lstrip("/"))
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
@@ -119,6 +130,8 @@ def build(client) -> str:
     changes = [f"ENV PATH={PYTHON_HOME}/bin:/usr/bin:/bin", f"ENV PYTHONPATH={APP_DIR}",
                f"ENV LD_LIBRARY_PATH={PYTHON_HOME}/lib", "ENV PYTHONDONTWRITEBYTECODE=1", f"WORKDIR {DATA_DIR}",
                f'ENTRYPOINT ["{PYTHON_HOME}/bin/python3", "-m", "kspec.cli"]', f"LABEL {LABEL}=reference"]
+    if FAKETIME_LIBRARY in chosen:
+        changes.append(f"LABEL {FAKETIME_LABEL}={FAKETIME_LIBRARY}")
     client.api.import_image_from_data(archive.getvalue(), repository=repository, tag=tag, changes=changes)
     return name
 

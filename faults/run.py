@@ -130,8 +130,6 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         mode, mode_reason = docker_target.MODE, "containers on a bridge network of their own"
         if options.network != "auto" or "link" in options.nemeses:
             raise RunError("containers' faults go through the Docker network: leave --network auto, no link nemesis")
-        if "clock" in options.nemeses:
-            raise RunError("the clock nemesis preloads libfaketime into the host's nodes: not with containers")
     else:
         mode, mode_reason = choose_mode(options.network, options.nemeses)
     rng = random.Random(options.seed)
@@ -328,7 +326,7 @@ def _docker_target(spec: docker_target.ContainerSpec, options: RunOptions, out_d
     client = docker_target.engine()
     run_name = f"ksf{os.getpid() % 100000}"
     cleanup.callback(docker_target.clean_run, client, run_name)
-    target = docker_target.docker_target(spec, options.nodes, out_dir, run_name, client)
+    target = docker_target.docker_target(spec, options.nodes, out_dir, run_name, client, "clock" in options.nemeses)
     cleanup.callback(target.save_logs)
     return target
 
@@ -369,6 +367,8 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
     """With the clock nemesis, every node starts under libfaketime with an offset file of its own."""
     if "clock" not in options.nemeses:
         return None
+    if isinstance(target, docker_target.DockerTarget):  # made with the containers, in the run folder
+        return target.clocks
     try:
         clocks = [clock.NodeClock(run_name, index) for index in range(len(target.nodes))]
     except clock.ClockUnavailable as e:

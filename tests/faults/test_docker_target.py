@@ -7,12 +7,15 @@ this module starts (as root, overlay2, as a default installation starts it: its 
 rules included) and stops at the end; skipped, with the reason, where none can run."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -20,9 +23,12 @@ from pathlib import Path
 import pytest
 
 from broker_helpers import TOPIC, produce, read_all
+from faults import clock
 from faults import image as reference_image
 from faults import net
 from faults.disk import NodeDisk
+from faults.nemesis import Nemesis
+from faults.recorder import Recorder
 from faults.targets import TargetError
 from faults_helpers import wait_until
 
@@ -35,6 +41,8 @@ DOCKERD_STOP_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 1.0
 RUN_TIMEOUT_S = 240
 VALUE_BYTES_WHOLE_PAGES = 2000  # a full tmpfs refuses these (a partial page would take small records)
+CLOCK_SEED = 5                  # its clock flip moves node 0 by +3 h
+CLOCK_SLACK_S = 30              # the broker's LogAppendTime against this test's clock, after the offset
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +293,67 @@ def test_a_docker_run_with_partitions_kills_and_pauses_is_checked_and_leaves_not
     assert verdict["ops"] >= results["completions"]["ok"]
     broken = {guarantee: found for guarantee, found in verdict["guarantees"].items() if found["status"] != "held"}
     assert checked.returncode == 0 and not broken, checked.stdout[-3000:]
+
+
+def log_append_skew_s(producer) -> float:
+    """How far the broker's LogAppendTime of one record (its produce response) is from this host's clock."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+    stamps = []
+    producer.produce(TOPIC, b"tick", on_delivery=lambda error, message: stamps.append((error, message.timestamp())))
+    producer.flush(10)
+    assert stamps and stamps[0][0] is None, stamps
+    kind, stamp_ms = stamps[0][1]
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    return stamp_ms / 1000 - time.time()
+
+
+@pytest.mark.timeout(120)
+def test_the_clock_nemesis_moves_a_containers_broker_clock_and_heals_it(engine, reference_image_name, tmp_path):
+    """The reference image carries libfaketime; the flip rewrites the node's offset file in the
+    run folder and the broker in the container stamps LogAppendTime 3 h ahead, then true again."""
+    if reference_image.FAKETIME_LABEL not in engine.images.get(reference_image_name).labels:
+        pytest.skip("the reference image was built on a host without libfaketime (apt-get install faketime)")
+    run_name = f"ktk{os.getpid() % 100000}"
+    spec = docker_target.reference_spec(1, reference_image_name, {"log.message.timestamp.type": "LogAppendTime"})
+    try:
+        target = docker_target.docker_target(spec, 1, tmp_path, run_name, engine, clock_skew=True)
+        target.start()
+        target.wait_until_serving()
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+        admin = AdminClient({"bootstrap.servers": target.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+        producer = Producer({"bootstrap.servers": target.bootstrap, "log_level": 0})
+        assert abs(log_append_skew_s(producer)) < CLOCK_SLACK_S
+        nemesis = Nemesis(target, Recorder(tmp_path / "history"), tmp_path / "nemesis.jsonl",
+                          random.Random(CLOCK_SEED), clocks=target.clocks)
+        skewed = nemesis.apply("start", "clock")
+        assert skewed == {"node": 0, "offset_s": 3 * 3600}
+        assert (tmp_path / clock.STATE_SUBDIR / f"{run_name}-node0").read_text() == "+10800\n"
+        assert wait_until(lambda: abs(log_append_skew_s(producer) - 3 * 3600) < CLOCK_SLACK_S, 10 * clock.REREAD_S)
+        assert nemesis.apply("stop", "clock") == {"reset": [0]}
+        assert wait_until(lambda: abs(log_append_skew_s(producer)) < CLOCK_SLACK_S, 10 * clock.REREAD_S)
+        nemesis.close()
+        assert target.nodes[0].running
+    finally:
+        docker_target.clean_run(engine, run_name)
+    assert leftovers(engine) == []
+
+
+def test_the_clock_nemesis_on_an_image_without_libfaketime_is_one_line_and_exit_1(engine, tmp_path):
+    plain = f"kspec-test-plain:{os.getpid()}"
+    archive = io.BytesIO()
+    tarfile.open(fileobj=archive, mode="w").close()
+    engine.api.import_image_from_data(archive.getvalue(), repository=plain.split(":")[0], tag=plain.split(":")[1])
+    description = tmp_path / "plain.toml"
+    description.write_text(f'image = "{plain}"\nport = 9092\n')
+    try:
+        done = subprocess.run([sys.executable, "-m", "kspec.cli", "faults", "run", "--target", str(description),
+                               "--nemesis", "clock", "--time-limit", "1", "--out", str(tmp_path / "run")],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+                              timeout=120)
+    finally:
+        engine.images.remove(plain)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"image {plain} does not carry" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert leftovers(engine) == []
