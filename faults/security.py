@@ -2,8 +2,9 @@
 
 `kspec faults run --command-config FILE`: client properties in librdkafka's names
 (security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location, ...), read and
-checked by conformance/client_properties.py, go to every client the run makes: merged into the
-librdkafka clients' configs (client_config), and used by the raw wire clients (faults/audit.py,
+checked by conformance/client_properties.py, go to every client the run makes: they ride on
+WorkloadOptions.client_properties and Target.client_properties, are merged into the librdkafka
+clients' configs, and are used by the raw wire clients (faults/audit.py,
 faults/epochs.py) through conformance/sasl.py's connect, which does the TLS and SASL exchange.
 
 `kspec faults run --secure`: the reference nodes get what `kspec cluster --secure` gives them
@@ -23,15 +24,6 @@ from faults.targets import (ReferenceNode, Target, TargetError, create_proxies, 
                             reference_overrides)
 
 PASSWORD_SHOWN = "[hidden]"  # what results.json says in place of a secret
-
-
-def client_config(properties: dict[str, str] | None) -> dict[str, str]:
-    """What a librdkafka client's config gets from the run's client properties."""
-    return dict(properties or {})
-
-
-def is_secured(properties: dict[str, str] | None) -> bool:
-    return (properties or {}).get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT"
 
 
 def without_secrets(properties: dict[str, str]) -> dict[str, str]:
