@@ -67,8 +67,17 @@ class WireError(RuntimeError):
 WIRE_ERRORS = (OSError, WireError, ProtocolDecodeError)  # a node down, cut off, or answering what does not decode
 
 
-def request(address: tuple[str, int], api_key: int, version: int, body: dict):
-    """One request on a fresh connection; its decoded response."""
+def request(address: tuple[str, int], api_key: int, version: int, body: dict,
+            properties: dict[str, str] | None = None):
+    """One request on a fresh connection; its decoded response. Client properties asking for
+    TLS or SASL (--command-config, --secure) connect through conformance/sasl.py."""
+    if properties and properties.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT":
+        from conformance.sasl import connect
+        wire = connect(f"{address[0]}:{address[1]}", properties, client_id=CLIENT_ID, timeout_s=SOCKET_TIMEOUT_S)
+        try:
+            return wire.request(api_key, version, body)
+        finally:
+            wire.close()
     with socket.create_connection(address, timeout=SOCKET_TIMEOUT_S) as sock:
         sock.settimeout(SOCKET_TIMEOUT_S)
         sock.sendall(encode_request(api_key, version, 1, CLIENT_ID, body))
@@ -103,11 +112,11 @@ class Metadata:
     partitions: list[PartitionInfo]
 
 
-def metadata(address: tuple[str, int], topics: list[str] | None) -> Metadata:
+def metadata(address: tuple[str, int], topics: list[str] | None, properties: dict[str, str] | None = None) -> Metadata:
     """Metadata v12 from one node: brokers' addresses and every partition's leader, epoch, replicas, ISR."""
     response = request(address, ApiKey.METADATA, METADATA_VERSION, {
         "topics": None if topics is None else [{"name": t} for t in topics],
-        "allow_auto_topic_creation": False})
+        "allow_auto_topic_creation": False}, properties)
     brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
     partitions = [PartitionInfo(t.name, p.partition_index, p.leader_id, p.leader_epoch, tuple(p.replica_nodes),
                                 tuple(p.isr_nodes))
@@ -173,7 +182,7 @@ def _long(data: bytes | None) -> int | None:
 
 
 def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int, version: int = FETCH_VERSION,
-                  method: str = FOLLOWER_FETCH) -> ReplicaLog:
+                  method: str = FOLLOWER_FETCH, properties: dict[str, str] | None = None) -> ReplicaLog:
     """Read one replica, leader or follower, from its log start to its high watermark (KIP-392)."""
     log = ReplicaLog(info.topic, info.partition, node, method)
     offset = 0
@@ -185,7 +194,7 @@ def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int, vers
                 "topics": [{"topic": info.topic, "partitions": [{
                     "partition": info.partition, "current_leader_epoch": -1, "fetch_offset": offset,
                     "log_start_offset": -1, "partition_max_bytes": FETCH_BYTES_MAX}]}],
-                "forgotten_topics_data": []})
+                "forgotten_topics_data": []}, properties)
             answer = response.responses[0].partitions[0]
             if answer.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < answer.log_start_offset:
                 offset = log.log_start_offset = answer.log_start_offset
@@ -208,21 +217,22 @@ def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int, vers
 
 
 def read_after_preferred_election(addresses: list[tuple[str, int]], brokers: dict[int, tuple[str, int]],
-                                  info: PartitionInfo, version: int) -> ReplicaLog:
+                                  info: PartitionInfo, version: int,
+                                  properties: dict[str, str] | None = None) -> ReplicaLog:
     """Make the partition's preferred replica its leader (ElectLeaders PREFERRED) and read it."""
     preferred = info.replicas[0]
     log = ReplicaLog(info.topic, info.partition, preferred, PREFERRED_ELECTION)
     try:
         response = request(addresses[0], ApiKey.ELECT_LEADERS, ELECT_LEADERS_VERSION, {
             "election_type": 0, "timeout_ms": int(ELECTION_WAIT_S * 1000),
-            "topic_partitions": [{"topic": info.topic, "partitions": [info.partition]}]})
+            "topic_partitions": [{"topic": info.topic, "partitions": [info.partition]}]}, properties)
         errors = [r.error_code for t in response.replica_election_results for r in t.partition_result]
         if any(e not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED) for e in errors):
             log.error = f"ElectLeaders PREFERRED: {', '.join(ErrorCode(e).name for e in errors)}"
             return log
         deadline = time.monotonic() + ELECTION_WAIT_S
         while not any(p.partition == info.partition and p.leader == preferred
-                      for p in metadata(addresses[0], [info.topic]).partitions):
+                      for p in metadata(addresses[0], [info.topic], properties).partitions):
             if time.monotonic() > deadline:
                 log.error = f"node {preferred} not the leader {ELECTION_WAIT_S:.0f} s after a preferred election"
                 return log
@@ -230,7 +240,7 @@ def read_after_preferred_election(addresses: list[tuple[str, int]], brokers: dic
     except WIRE_ERRORS as e:
         log.error = f"ElectLeaders PREFERRED: {type(e).__name__}: {e}"
         return log
-    return fetch_replica(brokers[preferred], info, preferred, version, PREFERRED_ELECTION)
+    return fetch_replica(brokers[preferred], info, preferred, version, PREFERRED_ELECTION, properties)
 
 
 def read_segment_files(data_dir: Path, info: PartitionInfo, node: int) -> ReplicaLog:
@@ -264,18 +274,19 @@ def checkpointed_high_watermarks(data_dir: Path) -> dict[tuple[str, int], int]:
 
 
 def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
-          data_dirs: dict[int, Path] | None = None, fetch_version: int = FETCH_VERSION) -> dict:
+          data_dirs: dict[int, Path] | None = None, fetch_version: int = FETCH_VERSION,
+          properties: dict[str, str] | None = None) -> dict:
     """Read every replica of every partition of topics (None: every topic but the internal ones)
     and record each read; data_dirs (node id -> its data dir) adds the segment-file reads.
     fetch_version below 11 asks as a client without follower reads would (the tests use it to
-    take the preferred-election path). Returns a summary for the run's results."""
+    take the preferred-election path); properties are the run's client properties. Returns a summary for the run's results."""
     started_s = time.monotonic()
     addresses = [parse_address(a) for a in bootstrap.split(",")]
     found = None
     errors = []
     for address in addresses:
         try:
-            found = metadata(address, topics)
+            found = metadata(address, topics, properties)
             break
         except WIRE_ERRORS as e:
             errors.append(f"{address[0]}:{address[1]}: {e}")
@@ -289,10 +300,10 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
             continue
         for node in sorted(info.replicas, key=lambda n: n != info.leader):  # the leader first: a
             # preferred election below moves the leadership away from it
-            logs = [fetch_replica(found.brokers[node], info, node, fetch_version)] if node in found.brokers else \
+            logs = [fetch_replica(found.brokers[node], info, node, fetch_version, properties=properties)] if node in found.brokers else \
                 [ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH, error=f"node {node} not in Metadata")]
             if node == info.replicas[0] and logs[0].error and ErrorCode.NOT_LEADER_OR_FOLLOWER.name in logs[0].error:
-                logs.append(read_after_preferred_election(addresses, found.brokers, info, fetch_version))
+                logs.append(read_after_preferred_election(addresses, found.brokers, info, fetch_version, properties))
                 methods.add(PREFERRED_ELECTION)
             if data_dirs and node in data_dirs:
                 logs.append(read_segment_files(data_dirs[node], info, node))

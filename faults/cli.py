@@ -65,12 +65,19 @@ def faults() -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
               help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")
+@click.option("--command-config", "command_config", default=None, metavar="FILE",
+              help="Client properties (librdkafka names: security.protocol, sasl.mechanism, sasl.username, "
+                   "sasl.password, ssl.ca.location, ...) for every client of the run, e.g. a secured TOML target's.")
+@click.option("--secure", is_flag=True,
+              help="Reference nodes with SASL_SSL listeners (certificates made in the results folder); the run's "
+                   "clients use the admin's client properties (faults/security.py).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Results folder (new or empty): history.parquet, nemesis.jsonl, results.json, node logs.")
 def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: float, rate_hz: float, concurrency: int,
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool | None, isolation_level: str,
         txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
-        assignor: str = "roundrobin", topic_configs: tuple[str, ...] = (), workload_name: str = "queue") -> None:
+        assignor: str = "roundrobin", topic_configs: tuple[str, ...] = (), workload_name: str = "queue",
+        command_config: str | None = None, secure: bool = False) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -107,10 +114,20 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
         raise click.UsageError("containers' faults go through their Docker network: drop --network and the link nemesis")
+    if secure and (target != "reference" or command_config):
+        raise click.UsageError("--secure secures the reference nodes and sets their clients' properties: "
+                               "no --target, no --command-config")
+    client_properties = {}
+    if command_config is not None:
+        from conformance.client_properties import BadClientProperties, read_client_properties
+        try:
+            client_properties = read_client_properties(command_config)
+        except BadClientProperties as e:
+            raise click.UsageError(f"--command-config: {e}") from None
     options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, nemesis_variants=variants,
                          time_limit_s=time_limit_s, interval_s=interval_s, quiet_s=quiet_s, network=network,
                          seed=seed, broker_properties=broker_properties(properties), workload=workload,
-                         workload_name=workload_name)
+                         workload_name=workload_name, client_properties=client_properties, secure=secure)
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)

@@ -20,7 +20,9 @@ INTERVAL_S = 0.5
 
 
 class EpochObserver:
-    def __init__(self, bootstrap: str, topics: list[str], recorder: Recorder) -> None:
+    def __init__(self, bootstrap: str, topics: list[str], recorder: Recorder,
+                 properties: dict[str, str] | None = None) -> None:
+        self.properties = properties  # the run's client properties (TLS, SASL)
         self.addresses = [parse_address(a) for a in bootstrap.split(",")]
         self.topics = topics
         self.recorder = recorder
@@ -47,7 +49,7 @@ class EpochObserver:
     def observe(self, index: int, address: tuple[str, int]) -> None:
         invocation = self.recorder.invoke(EPOCH_PROCESS, "leader-epochs", extra={"node_index": index})
         try:
-            found = metadata(address, self.topics)
+            found = metadata(address, self.topics, self.properties)
         except WIRE_ERRORS as e:
             self.recorder.complete(invocation, "fail", extra={"node_index": index, "error": f"{type(e).__name__}: {e}"})
             return

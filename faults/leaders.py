@@ -32,7 +32,8 @@ class LeaderSampler:
     def _run(self) -> None:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.target.bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.target.bootstrap, "socket.timeout.ms": 2000, "log_level": 0,
+                             **self.target.client_properties})
         while not self.stopping.wait(SAMPLE_INTERVAL_S):
             invocation = self.recorder.invoke(self.process, "leaders")
             try:

@@ -65,6 +65,8 @@ class RunOptions:
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
     workload_name: str = "queue"         # or "quixstreams": the queue workload feeds a stream processor (faults/streams.py),
     #                                      or "connect": a Connect pipeline beside it (faults/connect_workload.py)
+    client_properties: dict[str, str] = field(default_factory=dict)  # --command-config (faults/security.py)
+    secure: bool = False                 # --secure: SASL_SSL reference nodes (faults/security.py)
 
     def __post_init__(self) -> None:
         unknown = set(self.nemeses) - set(PACKAGES)
@@ -73,6 +75,7 @@ class RunOptions:
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
         assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
         assert self.workload_name in WORKLOADS and not (self.workload_name == "quixstreams" and self.workload.txn)
+        assert not (self.secure and (self.target != "reference" or self.client_properties)), "--secure: reference only"
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,12 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             target = _docker_target(container_spec, options, out_dir, cleanup)
         else:
             target = _target(options, out_dir, mode, network, toxiproxy)
+        if not options.secure:
+            target.client_properties = dict(options.client_properties)
+        if target.client_properties and options.workload_name == "quixstreams":
+            raise RunError("the quixstreams workload's application connects PLAINTEXT: no --secure or --command-config")
+        options = dataclasses.replace(options, workload=dataclasses.replace(
+            options.workload, client_properties=target.client_properties))  # every client the run makes
         disks = _disks(options, len(target.nodes), out_dir, state_path.stem, cleanup)
         clocks = _clocks(options, target, state_path.stem, cleanup)
         cleanup.callback(target.stop)
@@ -166,7 +175,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
         cleanup.callback(nemesis.close)
         nemesis.run_partitions = sorted({topic_partition(k) for k in range(options.workload.key_count)})
-        observer = EpochObserver(target.bootstrap, options.workload.topics, recorder).start()  # REP-2
+        observer = EpochObserver(target.bootstrap, options.workload.topics, recorder,
+                                 options.workload.client_properties).start()  # REP-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
         rate = _Rate()
@@ -222,7 +232,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             pipeline.close(options.final_read_timeout_s)
         complete = workload.final_reads(options.final_read_timeout_s)
         replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder,
-                                    audit.reference_data_dirs(target) if options.target == "reference" else None)
+                                    audit.reference_data_dirs(target) if options.target == "reference" else None,
+                                    properties=options.workload.client_properties)
         observer.stop()
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
@@ -253,7 +264,8 @@ def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path) -> Con
     if options.workload_name != "connect":
         return None
     pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
-        kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor), options.seed)
+        kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor,
+        client_properties=tuple(options.workload.client_properties.items())), options.seed)
     pipeline.start()
     return pipeline
 
@@ -332,6 +344,9 @@ def _docker_target(spec: docker_target.ContainerSpec, options: RunOptions, out_d
 
 
 def _target(options: RunOptions, out_dir: Path, mode: str, network, toxiproxy) -> Target:
+    if options.target == "reference" and options.secure:
+        from faults.security import secure_reference_target
+        return secure_reference_target(options.nodes, out_dir, mode, network, toxiproxy, options.broker_properties)
     if options.target == "reference":
         return reference_target(options.nodes, out_dir, mode, network, toxiproxy, options.broker_properties)
     path = Path(options.target)
@@ -391,7 +406,7 @@ def _write_results(out_dir: Path, options: RunOptions, result: RunResult, histor
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,
-        "options": dataclasses.asdict(options),
+        "options": _options_without_secrets(options),
         "network_mode": result.mode,
         "network_mode_reason": result.mode_reason,
         "completions": result.completions,
@@ -402,6 +417,14 @@ def _write_results(out_dir: Path, options: RunOptions, result: RunResult, histor
         "replica_audit": result.replica_audit,
     }
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+def _options_without_secrets(options: RunOptions) -> dict:
+    from faults.security import without_secrets
+    shown = dataclasses.asdict(options)
+    shown["client_properties"] = without_secrets(shown["client_properties"])
+    shown["workload"]["client_properties"] = without_secrets(shown["workload"]["client_properties"])
+    return shown
 
 
 class _Rate:

@@ -241,7 +241,7 @@ class SubscribeWorkload(Workload):
         """OffsetFetch of the group's committed offsets, by a fresh process, retried until answered."""
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
         invocation = self.recorder.invoke(process, "offset-fetch", extra={"group": GROUP_ID})
         deadline_s = time.monotonic() + ADMIN_TIMEOUT_S
         while True:

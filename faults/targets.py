@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -163,6 +163,7 @@ class Target:
     mode: str
     network: Network | None = None
     toxiproxy: ToxiproxyClient | None = None
+    client_properties: dict[str, str] = field(default_factory=dict)  # --command-config, --secure (faults/security.py)
 
     def __post_init__(self) -> None:
         assert self.mode in MODES, self.mode
@@ -258,7 +259,8 @@ class Target:
     def _metadata(self, topic: str | None):
         from confluent_kafka.admin import AdminClient
         from confluent_kafka import KafkaException
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 3000, "log_level": 0,
+                             **self.client_properties})
         try:
             return admin.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except KafkaException:

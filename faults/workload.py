@@ -103,6 +103,7 @@ class WorkloadOptions:
     sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
     topic_config: dict = field(default_factory=dict)  # --topic-config: the run's topics' configs
     assignor: str = "roundrobin"  # subscribe mode: roundrobin or range (eager), cooperative-sticky, consumer (KIP-848)
+    client_properties: dict = field(default_factory=dict)  # security.protocol, sasl.*, ssl.*: every client's (faults/security.py)
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
@@ -135,7 +136,7 @@ def _definite_error_codes() -> frozenset[int]:
 def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None = None) -> dict:
     return {"bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
             "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
-            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **(extra or {})}
+            "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **options.client_properties, **(extra or {})}
 
 
 @dataclass
@@ -265,7 +266,7 @@ class Client:
         return {"bootstrap.servers": bootstrap, "group.id": "kspec-faults", "enable.auto.commit": False,
                 "auto.offset.reset": "earliest", "isolation.level": self.options.isolation_level,
                 "fetch.wait.max.ms": 50, "enable.partition.eof": False, "log_level": CLIENT_LOG_LEVEL,
-                "logger": CLIENT_LOGGER}
+                "logger": CLIENT_LOGGER, **self.options.client_properties}
 
     def close(self) -> None:
         """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""
@@ -468,7 +469,7 @@ class Workload:
         """Two partitions per topic, created through the admin API; retried until the cluster answers."""
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
         pending = set(self.options.topics)
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while pending:
@@ -596,7 +597,7 @@ class Workload:
         client = Client(next(self.next_process), self.bootstrap, self.options)
         watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kspec-faults-watermarks",
                                "isolation.level": "read_uncommitted", "log_level": CLIENT_LOG_LEVEL,
-                               "logger": CLIENT_LOGGER})
+                               "logger": CLIENT_LOGGER, **self.options.client_properties})
         keys = list(range(self.options.key_count))
         deadline = time.monotonic() + timeout_s
         try:

@@ -115,16 +115,17 @@ CLIENT_PROPERTIES = "client.properties"
 SECURE_ADMIN = "admin"
 
 
-def secure_overrides(data_dir: str) -> dict[str, str]:
+def secure_overrides(data_dir: str, ip_addresses: tuple[str, ...] = ()) -> dict[str, str]:
     """Broker properties of a secured local cluster: certificates made for it, a SASL_SSL listener
     with PLAIN and SCRAM for clients and between brokers (inter.broker.listener.name), a SASL_SSL
     controller listener (controller.listener.names=CONTROLLER) for the quorum and the brokers'
     RPCs to the controller, the nodes authenticating as the admin (PLAIN), and StandardAuthorizer
     with the admin as the super user. Writes the admin's client properties to
-    data_dir/client.properties (mode 0600)."""
+    data_dir/client.properties (mode 0600). ip_addresses: the nodes' addresses other than
+    127.0.0.1, named in the server certificate so that clients can check them."""
     from kspec.ops.pki import make_pki
     from reference.security.jaas import PLAIN_LOGIN_MODULE
-    pki = make_pki(os.path.join(data_dir, "pki"))
+    pki = make_pki(os.path.join(data_dir, "pki"), ip_addresses)
     password = secrets.token_urlsafe(12)
     with open(os.open(os.path.join(data_dir, CLIENT_PROPERTIES), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
               "w") as f:

@@ -36,7 +36,8 @@ def _pem_key(key) -> bytes:
                              serialization.NoEncryption())
 
 
-def make_pki(directory: str) -> Pki:
+def make_pki(directory: str, ip_addresses: tuple[str, ...] = ()) -> Pki:
+    """ip_addresses: more SubjectAltNames for the server certificate (e.g. nodes' namespace IPs)."""
     os.makedirs(directory, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kspec test CA")])
@@ -50,7 +51,7 @@ def make_pki(directory: str) -> Pki:
     with open(ca_path, "wb") as f:
         f.write(ca_cert.public_bytes(serialization.Encoding.PEM))
     pki = Pki(directory, ca_path, "", "", "", (ca_cert, ca_key))
-    cert_path, key_path = _issue(pki, "localhost", server=True)
+    cert_path, key_path = _issue(pki, "localhost", server=True, ip_addresses=ip_addresses)
     with open(key_path) as k, open(cert_path) as c:
         pki.server_key_pem, pki.server_chain_pem = k.read(), c.read()
     pki.server_pem_path = os.path.join(directory, "server.pem")
@@ -59,7 +60,7 @@ def make_pki(directory: str) -> Pki:
     return pki
 
 
-def _issue(pki: Pki, common_name: str, server: bool) -> tuple[str, str]:
+def _issue(pki: Pki, common_name: str, server: bool, ip_addresses: tuple[str, ...] = ()) -> tuple[str, str]:
     ca_cert, ca_key = pki._ca
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -71,7 +72,8 @@ def _issue(pki: Pki, common_name: str, server: bool) -> tuple[str, str]:
                .not_valid_after(now + VALIDITY))
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            [x509.DNSName("localhost")] + [x509.IPAddress(ipaddress.ip_address(a))
+                                          for a in dict.fromkeys(("127.0.0.1", *ip_addresses))]), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())
     cert_path = os.path.join(pki.directory, f"{common_name}.crt")
     key_path = os.path.join(pki.directory, f"{common_name}.key")

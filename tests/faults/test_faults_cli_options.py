@@ -63,3 +63,25 @@ def test_the_quixstreams_workload_is_refused_in_one_line_without_its_python_or_w
     missing = CliRunner().invoke(faults, ["run", "--workload", "quixstreams", "--out", str(run_folder)])
     assert missing.exit_code == 1 and "cannot import quixstreams: run `make setup`" in missing.output
     assert missing.output.strip().splitlines()[-1].startswith("Error: ") and not run_folder.exists()
+
+
+@pytest.mark.parametrize("contents, message", [
+    ("security.protocol=SASL_TLS\n", 'Invalid value "SASL_TLS" for configuration property "security.protocol"'),
+    ("sasl.mechanizm=PLAIN\n", 'No such configuration property: "sasl.mechanizm"'),
+    (None, "cannot read client properties"),
+])
+def test_a_bad_command_config_is_one_line_and_exit_2_before_anything_starts(tmp_path, contents, message):
+    path = tmp_path / "client.properties"
+    if contents is not None:
+        path.write_text(contents)
+    result = CliRunner().invoke(faults, ["run", "--command-config", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: --command-config: ")
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_secure_makes_its_own_client_properties_so_it_takes_no_command_config(tmp_path):
+    path = tmp_path / "client.properties"
+    path.write_text("security.protocol=SASL_SSL\n")
+    result = CliRunner().invoke(faults, ["run", "--secure", "--command-config", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "--secure" in result.output.strip().splitlines()[-1]
