@@ -88,8 +88,15 @@ def reference_image_name(engine) -> str:
 
 
 def leftovers(client) -> list[str]:
-    return [c.name for c in client.containers.list(all=True, filters={"label": docker_target.LABEL})] + \
-        [n.name for n in client.networks.list(filters={"label": docker_target.LABEL})]
+    """Containers and networks left by this test process or by runs that have ended: another run
+    still going on the same engine (another checkout's tests, say) is not this test's business."""
+    def ours(labels: dict) -> bool:
+        owner = labels.get(docker_target.OWNER_LABEL, "")
+        return owner.startswith(f"{os.getpid()}:") or not docker_target._owner_alive(labels)
+    return [c.name for c in client.containers.list(all=True, filters={"label": docker_target.LABEL})
+            if ours(c.labels)] + \
+        [n.name for n in client.networks.list(filters={"label": docker_target.LABEL})
+         if ours(n.attrs.get("Labels") or {})]
 
 
 def host_connects(address: str, port: int) -> bool:

@@ -57,6 +57,7 @@ def streams_run(out_dir: Path, broker_properties: dict[str, str] | None = None) 
     return run_info
 
 
+@pytest.mark.soak  # 90-145 s: a 30 s run, the application's catch-up and a Spark check
 @pytest.mark.timeout(300)
 def test_quix_streams_counts_every_input_exactly_once_through_leader_and_application_kills(
         namespaces_available, streams_python, tmp_path):
@@ -73,6 +74,7 @@ def test_quix_streams_counts_every_input_exactly_once_through_leader_and_applica
     assert verdict["guarantees"]["EOS-1"]["status"] == verdict["guarantees"]["EOS-2"]["status"] == "held"
 
 
+@pytest.mark.soak  # 70-80 s
 @pytest.mark.timeout(300)
 def test_a_broker_serving_aborted_records_to_read_committed_breaks_exactly_once(
         namespaces_available, streams_python, tmp_path):

@@ -83,8 +83,9 @@ def command_line(command: str, topic: str, group: str = "cli-secured") -> list[s
 
 
 def test_the_table_names_every_command_that_takes_command_config():
-    # conformance runs a test suite, not one request: its own tests are below
-    assert commands_taking_command_config() == set(CLIENT_COMMANDS) | {"conformance"}
+    # conformance runs a test suite and faults run a whole fault run, not one request: their own
+    # tests are below and in tests/faults/test_faults_command_config.py
+    assert commands_taking_command_config() == set(CLIENT_COMMANDS) | {"conformance", "faults run"}
 
 
 def test_produce_and_consume_with_command_config_and_the_console_tools_names(secure_broker, configs):
