@@ -72,6 +72,7 @@ def test_a_bad_line_after_vectorised_lines_is_named_the_same_way(tmp_path):
     assert str(vectorised.value) == str(general.value) and "line 27" in str(vectorised.value)
 
 
+@pytest.mark.soak  # 30 s of Spark; the in-process comparisons above run in make test
 def test_ranges_of_mixed_lines_imported_in_spark_give_the_in_process_table(spark, tmp_path):
     edn = tmp_path / "history.edn"
     edn.write_text(MIXED * 40)  # indices repeat: the import does not need them in order

@@ -67,6 +67,7 @@ def test_reference_broker_passes_with_only_justified_skips(reference_run):
     assert {s.test for s in BUG_SWITCHES.values() if s.kind == "single"} <= passed
 
 
+@pytest.mark.soak  # the whole suite against a 3-node cluster: 105 s (benchmarks/bench_conformance.py runs it too)
 def test_reference_cluster_passes_everything_with_node_control(tmp_path):
     with reference("cluster", tmp_path) as (bootstrap, extra):
         exit_code, document, stdout = run_quick(bootstrap, tmp_path, *extra)

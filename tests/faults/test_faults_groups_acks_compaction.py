@@ -35,7 +35,7 @@ def fault_run(out_dir: Path, workload: WorkloadOptions, seed: int, **options):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("assignor", [pytest.param("roundrobin", marks=pytest.mark.soak),  # eager, as range
-                                      "cooperative-sticky", "consumer"])
+                                      pytest.param("cooperative-sticky", marks=pytest.mark.soak), "consumer"])
 def test_group_members_under_coordinator_kills_keep_one_owner_per_generation_and_every_acknowledged_commit(
         namespaces_available, tmp_path, assignor):
     workload = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0, replication_factor=3,
@@ -61,6 +61,7 @@ def test_group_members_under_coordinator_kills_keep_one_owner_per_generation_and
         pytest.xfail(f"{KNOWN_GRP2}: {by_guarantee['GRP-2'][0]['detail']}")
 
 
+@pytest.mark.soak  # 35 s; tests/checker/test_run_checks.py checks the judgement on written histories
 @pytest.mark.timeout(240)
 def test_acks_1_losses_are_each_judged_in_the_documented_window_or_a_violation(namespaces_available, tmp_path):
     workload = WorkloadOptions(concurrency=4, rate_hz=150, send_timeout_s=3.0, replication_factor=3, acks="1",

@@ -67,6 +67,7 @@ def test_a_short_run_with_kills_and_pauses_heals_reads_back_every_acked_write_an
     assert brokers_of(out_dir) == []
 
 
+@pytest.mark.soak  # 17 s; the proxy layer itself is tested in tests/faults/test_faults_proxy.py
 @pytest.mark.timeout(120)
 def test_the_proxy_layer_carries_link_faults_and_client_partitions(tmp_path):
     out_dir = tmp_path / "faults-run"
