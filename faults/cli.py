@@ -170,17 +170,22 @@ def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:
     return tuple(packages), variants
 
 
+def key_values(option: str, settings: tuple[str, ...], example: str) -> dict[str, str]:
+    """An option's repeated KEY=VALUE settings; a usage error naming the bad one otherwise."""
+    pairs = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key.strip():
+            raise click.UsageError(f"{option} {setting!r} is not KEY=VALUE; write e.g. {option} {example}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
 def topic_config(settings: tuple[str, ...]) -> dict[str, str]:
     """--topic-config KEY=VALUE pairs, checked as a reference broker checks a topic's configs."""
     from reference.protocol.errors import KafkaError
     from reference.storage.config import LogConfig
-    config = {}
-    for setting in settings:
-        key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
-            raise click.UsageError(f"--topic-config {setting!r} is not KEY=VALUE; write e.g. "
-                                   "--topic-config cleanup.policy=compact")
-        config[key.strip()] = value.strip()
+    config = key_values("--topic-config", settings, "cleanup.policy=compact")
     try:
         LogConfig.from_properties(config)
     except (ValueError, KafkaError) as e:
@@ -193,13 +198,7 @@ def broker_properties(settings: tuple[str, ...]) -> dict[str, str]:
     from reference.config import BrokerConfig
     from reference.protocol.errors import KafkaError
     from reference.storage.config import LogConfig
-    properties = {}
-    for setting in settings:
-        key, sep, value = setting.partition("=")
-        if not sep or not key.strip():
-            raise click.UsageError(f"--set {setting!r} is not KEY=VALUE; "
-                                   "write e.g. --set log.flush.interval.messages=1")
-        properties[key.strip()] = value.strip()
+    properties = key_values("--set", settings, "log.flush.interval.messages=1")
     try:
         LogConfig.from_properties(BrokerConfig.from_properties(properties).topic_defaults())
     except (ValueError, KafkaError) as e:
