@@ -65,8 +65,12 @@ $(JS_DIR)/node_modules/.installed: $(JS_DIR)/package.json
 demo: setup
 	$(VENV)/bin/kspec demo
 
+# Two test processes (pytest-xdist), each taking whole files: most tests wait on clusters, elections
+# and timeouts, so two at a time fit the two cores of the machines CI runs on.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 -m 'not soak' tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadfile -m 'not soak' tests
 
 bench: setup
 	$(PY) -m benchmarks
