@@ -65,6 +65,7 @@ TXN_MOPS_MAX = 4              # as Jepsen's :max-txn-length
 SENDS_IN_FLIGHT_MAX = 512     # a worker's pipelined sends; at the limit it waits for delivery reports
 SERVE_WAIT_S_MAX = 0.1        # the longest a worker waits for delivery reports before looking again
 CLOSE_TIMEOUT_S = 10.0        # the longest the run waits for its clients to close
+TXN_CALL_GRACE_S = 5.0        # a transactional call still blocked this long past its own timeout is given up
 ASSIGNORS = ("roundrobin", "range", "cooperative-sticky", "consumer")  # subscribe mode's (faults/subscribe.py)
 
 
@@ -120,6 +121,33 @@ class WorkloadOptions:
     @property
     def topics(self) -> list[str]:
         return sorted({topic_partition(k)[0] for k in range(self.key_count)})
+
+
+class TxnCallBlocked(Exception):
+    """A transactional call of librdkafka's still running TXN_CALL_GRACE_S past its own timeout."""
+
+
+def _bounded(call, *args, limit_s: float):
+    """call(*args) on a thread of its own, given up after limit_s. librdkafka's transactional
+    calls can block far past their timeout: send_offsets_to_transaction waits on a group
+    coordinator request whose timeout is never checked (librdkafka issues 5456 and 5511, a
+    coordinator that restarted or left the metadata), and commit_transaction retries without
+    a deadline. A call given up keeps its thread; the caller drops the producer it used."""
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call(*args)
+        except BaseException as e:  # handed to the caller's thread below
+            outcome["error"] = e
+    thread = threading.Thread(target=target, name="txn-call", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    if thread.is_alive():
+        raise TxnCallBlocked(f"{getattr(call, '__name__', 'the call')} still blocked {limit_s:.0f} s after it began")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 NOT_HANDED_OVER = "not handed over to the producer"  # the error of a record produce() refused
@@ -254,6 +282,7 @@ class Client:
             "transactional.id": f"kspec-faults-{process}", "transaction.timeout.ms": txn_timeout_ms,
             "message.timeout.ms": txn_timeout_ms})) if options.txn else None
         self.transactions_initialised = False
+        self.producer_blocked = False  # a transactional call was given up (TxnCallBlocked): never touch it again
         self.leader_epochs: list[list] = []  # of the last poll: see _leader_epochs
         # Per assigned partition, where the next read starts: the offset assign() or a rewind set, or
         # the last record read + 1. Kept here because librdkafka's position() is unset (-1001) until
@@ -271,7 +300,8 @@ class Client:
     def close(self) -> None:
         """Drop the clients; one in a fatal state (e.g. a fenced transactional producer) raises, and is dropped too."""
         from confluent_kafka import KafkaException
-        steps = [self.producer.purge, lambda: self.producer.flush(0)] if self.producer is not None else []
+        steps = [self.producer.purge, lambda: self.producer.flush(0)] \
+            if self.producer is not None and not self.producer_blocked else []
         for step in (*steps, self.consumer.close):
             try:
                 step()
@@ -301,11 +331,16 @@ class Client:
                     for i, m in enumerate(mops)]
 
         timeout_s = self.options.txn_timeout_s
+        limit_s = timeout_s + TXN_CALL_GRACE_S
         try:
             if not self.transactions_initialised:
-                self.producer.init_transactions(timeout_s)
+                _bounded(self.producer.init_transactions, timeout_s, limit_s=limit_s)
                 self.transactions_initialised = True
             self.producer.begin_transaction()
+        except TxnCallBlocked as e:  # init_transactions sends nothing of this transaction
+            self.producer_blocked = True
+            recorder.complete(invocation, "fail", mops=invocation.mops, extra={"error": str(e)})
+            return "fail"
         except KafkaException as e:  # nothing was sent
             recorder.complete(invocation, "fail", mops=invocation.mops, extra={"error": str(e)})
             return "fail"
@@ -327,11 +362,19 @@ class Client:
                 for r in m.records if isinstance(m, Poll) else ():
                     next_offsets[(r.topic, r.partition)] = max(next_offsets.get((r.topic, r.partition), 0), r.offset + 1)
             if next_offsets:
-                self.producer.send_offsets_to_transaction(
-                    [TopicPartition(t, p, o) for (t, p), o in sorted(next_offsets.items())],
-                    self.consumer.consumer_group_metadata(), timeout_s)
+                stage = "send-offsets"
+                _bounded(self.producer.send_offsets_to_transaction,
+                         [TopicPartition(t, p, o) for (t, p), o in sorted(next_offsets.items())],
+                         self.consumer.consumer_group_metadata(), timeout_s, limit_s=limit_s)
             stage = "commit"
-            self.producer.commit_transaction(timeout_s)
+            _bounded(self.producer.commit_transaction, timeout_s, limit_s=limit_s)
+        except TxnCallBlocked as e:
+            # Whether the transaction commits is unknown (the producer, dropped, may still end it),
+            # so the op is info; the process ends and a new one takes its place (see Workload).
+            self.producer_blocked = True
+            self._rewind(mops)
+            recorder.complete(invocation, "info", mops=completed_mops(), extra={"error": str(e), "stage": stage})
+            return "info"
         except KafkaException as e:
             kind = self._abort(e, stage)
             self._rewind(mops)
@@ -347,8 +390,12 @@ class Client:
         if stage == "commit" and not (kafka_error and kafka_error.txn_requires_abort()):
             return "info"  # the commit may have happened
         try:
-            self.producer.abort_transaction(self.options.txn_timeout_s)
+            _bounded(self.producer.abort_transaction, self.options.txn_timeout_s,
+                     limit_s=self.options.txn_timeout_s + TXN_CALL_GRACE_S)
             return "fail"
+        except TxnCallBlocked:
+            self.producer_blocked = True
+            return "info"
         except KafkaException:
             return "info"
 

@@ -121,3 +121,19 @@ def test_a_reassign_keeping_a_partition_resumes_where_the_process_last_read(brok
     polled_after = [r for op in ops[assigns[1]:] if op.f == "poll" and op.type == "ok"
                     for m in op.mops if isinstance(m, Poll) for r in m.records if r.partition == 0]
     assert polled_after and min(r.offset for r in polled_after) == high_watermark, "no record read twice"
+
+
+def test_a_transactional_call_blocked_past_its_timeout_is_given_up_and_its_errors_pass_through():
+    """librdkafka's send_offsets_to_transaction can block far past its timeout (issues 5456 and
+    5511); the workload gives such a call up instead of waiting for it forever."""
+    import threading
+    from faults.workload import TxnCallBlocked, _bounded
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(TxnCallBlocked, match="still blocked"):
+        _bounded(release.wait, 60, limit_s=0.2)
+    assert time.monotonic() - started < 5
+    release.set()
+    assert _bounded(lambda a, b: a + b, 2, 3, limit_s=5) == 5
+    with pytest.raises(ZeroDivisionError):
+        _bounded(lambda: 1 / 0, limit_s=5)
