@@ -78,6 +78,29 @@ def line_value(line: str | bytes) -> int | None:
     return None
 
 
+def start_worker_process(command: list[str], log_path: Path,
+                         env: dict | None = None) -> tuple[subprocess.Popen | None, dict[str, str]]:
+    """Start a `kspec connect` process (stderr to log_path) and read its ready line's KEY=VALUE
+    fields (rest=URL, worker_id=...). (None, {}) when it exited or printed nothing within
+    READY_TIMEOUT_S; it is killed then."""
+    with open(log_path, "ab") as log_file:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL,
+                                   env=env)
+    os.set_blocking(process.stdout.fileno(), False)
+    line, deadline = b"", time.monotonic() + READY_TIMEOUT_S
+    while not line.endswith(b"\n"):
+        chunk = process.stdout.readline()
+        line += chunk or b""
+        if not chunk:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                process.stdout.close()
+                return None, {}
+            time.sleep(0.05)
+    return process, dict(part.split("=", 1) for part in line.decode().split() if "=" in part)
+
+
 class _Worker:
     """One `kspec connect distributed` process; its stderr goes to a log file."""
 
@@ -87,21 +110,10 @@ class _Worker:
         self.url: str | None = None
 
     def start(self) -> None:
-        with open(self.log_path, "ab") as log_file:
-            self.process = subprocess.Popen([sys.executable, "-m", "kspec.cli", "connect", "distributed",
-                                             str(self.properties)], stdout=subprocess.PIPE, stderr=log_file,
-                                            stdin=subprocess.DEVNULL)
-        os.set_blocking(self.process.stdout.fileno(), False)
-        line, deadline = b"", time.monotonic() + READY_TIMEOUT_S
-        while not line.endswith(b"\n"):
-            chunk = self.process.stdout.readline()
-            line += chunk or b""
-            if not chunk:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"connect worker {self.index} did not start; see {self.log_path}")
-                time.sleep(0.05)
-        fields = dict(part.split("=", 1) for part in line.decode().split() if "=" in part)
+        self.process, fields = start_worker_process(
+            [sys.executable, "-m", "kspec.cli", "connect", "distributed", str(self.properties)], self.log_path)
+        if self.process is None:
+            raise RuntimeError(f"connect worker {self.index} did not start; see {self.log_path}")
         self.url = fields["rest"].rstrip("/")
 
     @property
@@ -245,10 +257,17 @@ class ConnectPipeline:
             log.info("connect worker %d started again", victim.index)
 
     def stop_invoking(self) -> None:
-        """No more lines and no more kills; a worker that is down is started again."""
+        """No more lines and no more kills; a worker that is down is started again. A run too
+        short (or a machine too slow) for the first kill gets one now, so every run has a worker
+        killed -9 and restarted."""
         self.stopping.set()
         for thread in self.threads:
             thread.join()
+        if self.options.kill_interval_s > 0 and not self.kills:
+            victim = self.rng.choice(self.workers)
+            victim.kill()
+            self.kills.append({"worker": victim.index, "killed_ms": int(time.time() * 1000)})
+            log.info("connect worker %d killed at the end of the run", victim.index)
         for worker in self.workers:
             if not worker.running:
                 worker.start()

@@ -10,10 +10,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-READY_TIMEOUT_S = 60.0
+from faults.connect_workload import start_worker_process
+
 STOP_TIMEOUT_S = 30.0
 READ_POLL_TIMEOUT_S = 20.0  # one poll of a test reader; generous, the machine may be loaded
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -47,21 +49,10 @@ class ConnectProcess:
         self.url = self.worker_id = None
 
     def start(self) -> ConnectProcess:
-        env = {**os.environ, "PYTHONPATH": REPO}
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=log, env=env,
-                                            stdin=subprocess.DEVNULL)
-        os.set_blocking(self.process.stdout.fileno(), False)
-        line, deadline = b"", time.monotonic() + READY_TIMEOUT_S
-        while not line.endswith(b"\n"):
-            chunk = self.process.stdout.readline()
-            line += chunk or b""
-            if not chunk:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.kill()
-                    raise AssertionError(f"no ready line from {self.command}: {line!r}; see {self.log_path}")
-                time.sleep(0.05)
-        fields = dict(part.split("=", 1) for part in line.decode().split() if "=" in part)
+        self.process, fields = start_worker_process(self.command, Path(self.log_path),
+                                                    env={**os.environ, "PYTHONPATH": REPO})
+        if self.process is None:
+            raise AssertionError(f"no ready line from {self.command}; see {self.log_path}")
         self.url, self.worker_id = fields["rest"].rstrip("/"), fields["worker_id"]
         return self
 
