@@ -16,7 +16,8 @@ from reference.storage.cleaner import CHECKPOINT_FILE
 
 TIMER_INTERVAL_MS = 10
 TICK_INTERVAL_MS = 100  # as the shell's tick loop
-LATENESS_SHARE_OF_PASS_MAX = 0.2  # on the loop the pass made the timer late by all of it (share ~1)
+LATENESS_SHARE_OF_PASS_MAX = 0.5  # on the loop the pass made the timer late by all of it (share ~1); a loaded
+                                  # machine makes a timer late by whole scheduling slices, off the loop too
 RECORDS = 150_000
 RECORDS_PER_BATCH = 1000
 KEYS = 1000

@@ -21,6 +21,7 @@ MAX_MESSAGE_BYTES = 64 << 20
 LATENCY_SHARE_OF_PRODUCE_MAX = 0.4  # on the loop one Metadata answer waited for all of the produce (share ~1)
 METADATA = {"topics": [], "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 LATEST = -1
+WALK_TIMEOUT_S = 120.0
 
 
 def tiny_records(count: int) -> bytes:
@@ -37,6 +38,8 @@ def test_other_clients_are_answered_while_a_large_compressed_batch_is_validated(
     assert len(big) < 1 << 20
     with BrokerProcess(str(tmp_path / "data"), overrides={"message.max.bytes": str(MAX_MESSAGE_BYTES)}) as broker:
         producer, other = RawClient(broker.bootstrap), RawClient(broker.bootstrap)
+        for client in (producer, other):  # a loaded machine stretches the walk far past the usual socket timeout
+            client.sock.settimeout(WALK_TIMEOUT_S)
         try:
             assert create_topic(producer, "large", configs={"max.message.bytes": str(MAX_MESSAGE_BYTES)}).error_code == 0
             latencies_s: list[float] = []
