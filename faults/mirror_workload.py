@@ -1,18 +1,18 @@
 """MirrorMaker under faults, recorded as a history: numbered records sent to a topic of the source
 cluster while `kspec mirror` (a real process) copies it into the target cluster and is killed
-with -9 and started again. Either cluster may be faulted meanwhile by faults/run.py's nemesis
-(leaders killed, the clusters partitioned from the mirror): the workload needs only their
-bootstrap lists.
+with -9 and started again, and a consumer group reads the topic in the source and commits, so
+the mirror emits checkpoints for it. Either cluster may be faulted meanwhile
+(faults/mirror_run.py: leaders killed, the link between the clusters cut): the workload needs
+only their bootstrap lists, and a wrapper for the mirror's command (its network namespace).
 
 The history folder is `kspec mirror record`'s (mirror/history.py: `mirror.json`, both clusters'
-records of the flow) plus `mirror-sends.parquet`, every send with its outcome (ok with its
-source offset, or the error), and `mirror-kills.json`; spark_validation/mirror.py checks it
-for MIR-1 and MIR-2.
-
-Wiring into `kspec faults run` (faults/run.py) takes a few lines once it runs two clusters:
-`w = MirrorWorkload(source.bootstrap, target.bootstrap, out_dir / "mirror", options)`,
-`w.start()` beside `workload.start()`, `w.stop_invoking()` beside `workload.stop_invoking()`,
-`w.close(settle_timeout_s)` after the heal; `kspec check OUT/mirror` checks it.
+records of the flow) plus
+- `mirror-sends.parquet`: every send with its outcome (ok with its source offset, or the error);
+- `mirror-kills.json`: when the mirror was killed and restarted;
+- `mirror-progress.parquet`: the mirror's committed progress, read from the target each second;
+- `mirror-group.parquet`: the source group's polls (partition, offset, value) and commits;
+- `mirror-checkpoints.parquet`: every checkpoint the target holds for the group at the end.
+spark_validation/mirror.py checks it for MIR-1, MIR-2 (exactly once) and MIR-3.
 """
 from __future__ import annotations
 
@@ -25,24 +25,37 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mirror.clients import ConnectionLog, build, partition_count, read_to_end
 from mirror.config import load
-from mirror.history import record
-from mirror.records import decode_progress
+from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, record
+from mirror.records import Checkpoint, decode_progress
 
 log = logging.getLogger("faults.mirror")
+CLIENT_LOG = logging.getLogger("faults.clients")  # faults/run.py sends it to the run's clients.log
 
 SENDS_FILE, KILLS_FILE = "mirror-sends.parquet", "mirror-kills.json"
+PROGRESS_FILE = "mirror-progress.parquet"
 SENDS_SCHEMA = pa.schema([("value", pa.int64()), ("partition", pa.int32()), ("offset", pa.int64()),
                           ("error", pa.string()), ("sent_ms", pa.int64())])
+PROGRESS_SCHEMA = pa.schema([("time_ms", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),
+                             ("last_copied", pa.int64())])
+GROUP_SCHEMA = pa.schema([("time_ms", pa.int64()), ("kind", pa.string()),  # "poll" or "commit"
+                          ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.int64()),
+                          ("error", pa.string())])
+CHECKPOINTS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                                ("upstream", pa.int64()), ("downstream", pa.int64())])
+PROGRESS_SAMPLE_S = 1.0
+GROUP_COMMIT_S = 0.5
 CREATE_TIMEOUT_S = 60.0
 SEND_FLUSH_TIMEOUT_S = 120.0  # Kafka's delivery.timeout.ms
 POLL_S = 0.3
 SOURCE_ALIAS, TARGET_ALIAS = "primary", "backup"
+GROUP = "mirrored-readers"
 
 
 @dataclass(frozen=True)
@@ -55,13 +68,16 @@ class MirrorWorkloadOptions:
     exactly_once: bool = False        # exactly.once.support=enabled: MIR-2 is checked too
     replication_factor: int = -1      # remote and internal topics (-1: the brokers' default)
     offset_flush_interval_ms: int = 1000
+    group: bool = True                # a source group reading and committing; checkpoints emitted (MIR-3)
+    properties: tuple[tuple[str, str], ...] = ()  # more mm2.properties keys (tasks.max, kspec.bug.*, ...)
 
 
 class MirrorWorkload:
     """start() -> (records sent, the mirror killed and restarted) -> stop_invoking() -> close()."""
 
     def __init__(self, source_bootstrap: str, target_bootstrap: str, out_dir: Path,
-                 options: MirrorWorkloadOptions = MirrorWorkloadOptions(), seed: int = 0) -> None:
+                 options: MirrorWorkloadOptions = MirrorWorkloadOptions(), seed: int = 0,
+                 wrap: Callable[[list[str]], list[str]] = list) -> None:
         self.source_bootstrap, self.target_bootstrap = source_bootstrap, target_bootstrap
         self.out_dir, self.options = Path(out_dir), options
         self.rng = random.Random(seed)
@@ -71,6 +87,10 @@ class MirrorWorkload:
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.mirror: subprocess.Popen | None = None
+        self.wrap = wrap                  # the mirror's command, e.g. in a network namespace
+        self.progress_rows: list[dict] = []
+        self.group_rows: list[dict] = []
+        self.caught_up = False            # close(): the progress covered every acked send in time
 
     def _write_properties(self) -> None:
         o, rf = self.options, str(self.options.replication_factor)
@@ -79,18 +99,26 @@ class MirrorWorkload:
             f"{SOURCE_ALIAS}.bootstrap.servers": self.source_bootstrap,
             f"{TARGET_ALIAS}.bootstrap.servers": self.target_bootstrap,
             f"{SOURCE_ALIAS}->{TARGET_ALIAS}.enabled": "true",
-            "topics": o.topic, "emit.checkpoints.enabled": "false", "refresh.topics.interval.seconds": "1",
+            "topics": o.topic, "refresh.topics.interval.seconds": "1",
+            "emit.checkpoints.enabled": str(o.group).lower(), "emit.checkpoints.interval.seconds": "1",
+            "groups": GROUP,
             "offset.flush.interval.ms": str(o.offset_flush_interval_ms),
             "exactly.once.support": "enabled" if o.exactly_once else "requested",
             "replication.factor": rf, "offset-syncs.topic.replication.factor": rf,
             "heartbeats.topic.replication.factor": rf, "checkpoints.topic.replication.factor": rf,
-            "offset.storage.replication.factor": rf,
+            "offset.storage.replication.factor": rf, **dict(o.properties),
         }
         self.properties.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
 
+    def check_config(self) -> None:
+        """Write mm2.properties and read it back as the mirror will: a ConfigError names a bad key."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._write_properties()
+        load(str(self.properties))
+
     def _start_mirror(self) -> None:
         with open(self.out_dir / "mirror.log", "ab") as log_file:
-            self.mirror = subprocess.Popen([sys.executable, "-m", "kspec.cli", "mirror", str(self.properties)],
+            self.mirror = subprocess.Popen(self.wrap([sys.executable, "-m", "kspec.cli", "mirror", str(self.properties)]),
                                            stdout=subprocess.DEVNULL, stderr=log_file, stdin=subprocess.DEVNULL)
 
     def start(self) -> None:
@@ -100,7 +128,7 @@ class MirrorWorkload:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._write_properties()
         o = self.options
-        admin = AdminClient({"bootstrap.servers": self.source_bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.source_bootstrap, "logger": CLIENT_LOG})
         try:
             admin.create_topics([NewTopic(o.topic, o.partitions, o.replication_factor)])[o.topic].result(
                 CREATE_TIMEOUT_S)
@@ -108,7 +136,10 @@ class MirrorWorkload:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
         self._start_mirror()
-        self.threads = [threading.Thread(target=self._send, name="mirror-send", daemon=True)]
+        self.threads = [threading.Thread(target=self._send, name="mirror-send", daemon=True),
+                        threading.Thread(target=self._sample_progress, name="mirror-progress", daemon=True)]
+        if o.group:
+            self.threads.append(threading.Thread(target=self._consume_as_group, name="mirror-group", daemon=True))
         if o.kill_interval_s > 0:
             self.threads.append(threading.Thread(target=self._kill_and_restart, name="mirror-kill", daemon=True))
         for thread in self.threads:
@@ -118,7 +149,7 @@ class MirrorWorkload:
         from confluent_kafka import Producer
 
         o = self.options
-        producer = Producer({"bootstrap.servers": self.source_bootstrap, "enable.idempotence": True,
+        producer = Producer({"bootstrap.servers": self.source_bootstrap, "enable.idempotence": True, "logger": CLIENT_LOG,
                              "linger.ms": 5, "delivery.timeout.ms": int(SEND_FLUSH_TIMEOUT_S * 1000)})
 
         def delivered(error, message, send):
@@ -160,13 +191,9 @@ class MirrorWorkload:
             if self.kills and "restarted_ms" not in self.kills[-1]:
                 self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
 
-    def _copied(self, config) -> bool:
-        """The mirror's committed progress (in the target) covers every acked send: the copies of
-        everything before it are in the target (written before, or with, the progress)."""
-        acked: dict[int, int] = {}
-        for send in list(self.sends):
-            if send["offset"] is not None:
-                acked[send["partition"]] = max(acked.get(send["partition"], -1), send["offset"])
+    def _progress(self, config) -> dict[tuple[str, int], int] | None:
+        """The mirror's committed progress in the target: source partition -> last offset copied
+        (None when it cannot be read now: a broker down, the topic not there yet)."""
         connection = ConnectionLog(config.target)
         try:
             admin = build("admin", config.target_clients, connection)
@@ -176,18 +203,80 @@ class MirrorWorkload:
                 decoded = decode_progress(message.key(), message.value())
                 if decoded is not None and decoded[0] == config.source and decoded[3] is not None:
                     progress[(decoded[1], decoded[2])] = decoded[3]
-        except Exception as e:  # a broker down, the topic not there yet: not copied yet
-            log.info("mirror progress not readable yet: %s", e)
-            return False
-        return all(progress.get((self.options.topic, p), -1) >= last for p, last in acked.items())
+            return progress
+        except Exception as e:
+            log.info("mirror progress not readable now: %s", e)
+            return None
+
+    def _sample_progress(self) -> None:
+        (config,) = load(str(self.properties))
+        while not self.stopping.wait(PROGRESS_SAMPLE_S):
+            progress, now_ms = self._progress(config), int(time.time() * 1000)
+            for (topic, partition), last in sorted((progress or {}).items()):
+                self.progress_rows.append({"time_ms": now_ms, "topic": topic, "partition": partition,
+                                           "last_copied": last})
+
+    def _consume_as_group(self) -> None:
+        """A member of GROUP reading the source topic and committing its position every
+        GROUP_COMMIT_S: the group whose checkpoints MIR-3 checks."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.source_bootstrap, "group.id": GROUP,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "logger": CLIENT_LOG})
+        consumer.subscribe([self.options.topic])
+        positions: dict[int, int] = {}
+        next_commit_s = time.monotonic() + GROUP_COMMIT_S
+        try:
+            while not self.stopping.is_set():
+                message = consumer.poll(0.2)
+                now_ms = int(time.time() * 1000)
+                if message is not None and message.error() is None:
+                    self.group_rows.append({"time_ms": now_ms, "kind": "poll", "topic": message.topic(),
+                                            "partition": message.partition(),
+                                            "offset": message.offset(), "value": int(message.value()), "error": None})
+                    positions[message.partition()] = message.offset() + 1
+                if positions and time.monotonic() >= next_commit_s:
+                    next_commit_s = time.monotonic() + GROUP_COMMIT_S
+                    try:
+                        consumer.commit(offsets=[TopicPartition(self.options.topic, p, o) for p, o in positions.items()],
+                                        asynchronous=False)
+                        error = None
+                    except KafkaException as e:
+                        error = e.args[0].str()
+                    self.group_rows += [{"time_ms": now_ms, "kind": "commit", "topic": self.options.topic, "partition": p, "offset": o, "value": None,
+                                         "error": error} for p, o in sorted(positions.items())]
+        finally:
+            consumer.close()
+
+    def _copied(self, config) -> bool:
+        """The mirror's committed progress (in the target) covers every acked send: the copies of
+        everything before it are in the target (written before, or with, the progress)."""
+        acked: dict[int, int] = {}
+        for send in list(self.sends):
+            if send["offset"] is not None:
+                acked[send["partition"]] = max(acked.get(send["partition"], -1), send["offset"])
+        progress = self._progress(config)
+        return progress is not None and all(progress.get((self.options.topic, p), -1) >= last
+                                            for p, last in acked.items())
+
+    def _checkpoints(self, config) -> list[dict]:
+        """The checkpoints of GROUP the target holds (`<source>.checkpoints.internal`)."""
+        connection = ConnectionLog(config.target)
+        return [{"group": c.group, "topic": c.topic, "partition": c.partition, "upstream": c.upstream_offset,
+                 "downstream": c.offset}
+                for c in (Checkpoint.decode(m.key(), m.value())
+                          for m in read_to_end(config.target_clients, connection, config.checkpoints_topic, 1))
+                if c.group == GROUP]
 
     def close(self, settle_timeout_s: float = 60.0) -> Path:
         """Wait (up to the timeout) for the target to hold as many records as were acked, stop the
         mirror and write the history; returns its folder."""
         (config,) = load(str(self.properties))
         deadline = time.monotonic() + settle_timeout_s
-        while not self._copied(config) and time.monotonic() < deadline:
+        while not (caught_up := self._copied(config)) and time.monotonic() < deadline:
             time.sleep(POLL_S)
+        self.caught_up = caught_up
         self.mirror.terminate()
         try:
             self.mirror.wait(settle_timeout_s)
@@ -195,6 +284,11 @@ class MirrorWorkload:
             self.mirror.kill()
             self.mirror.wait()
         record(config, self.out_dir)
-        pq.write_table(pa.Table.from_pylist(self.sends, schema=SENDS_SCHEMA), self.out_dir / SENDS_FILE)
+        checkpoints = self._checkpoints(config) if self.options.group else []
+        for rows, schema, name in ((self.sends, SENDS_SCHEMA, SENDS_FILE),
+                                   (self.progress_rows, PROGRESS_SCHEMA, PROGRESS_FILE),
+                                   (self.group_rows, GROUP_SCHEMA, GROUP_FILE),
+                                   (checkpoints, CHECKPOINTS_SCHEMA, CHECKPOINTS_FILE)):
+            pq.write_table(pa.Table.from_pylist(rows, schema=schema), self.out_dir / name)
         (self.out_dir / KILLS_FILE).write_text(json.dumps(self.kills, indent=2) + "\n")
         return self.out_dir
