@@ -51,6 +51,7 @@ CHECKPOINTS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), 
                                 ("upstream", pa.int64()), ("downstream", pa.int64())])
 PROGRESS_SAMPLE_S = 1.0
 GROUP_COMMIT_S = 0.5
+GROUP_PACE = 0.7                  # the group reads at this fraction of the send rate
 CREATE_TIMEOUT_S = 60.0
 SEND_FLUSH_TIMEOUT_S = 120.0  # Kafka's delivery.timeout.ms
 POLL_S = 0.3
@@ -226,9 +227,14 @@ class MirrorWorkload:
                              "logger": CLIENT_LOG})
         consumer.subscribe([self.options.topic])
         positions: dict[int, int] = {}
-        next_commit_s = time.monotonic() + GROUP_COMMIT_S
+        started_s = time.monotonic()
+        next_commit_s, polled = started_s + GROUP_COMMIT_S, 0
         try:
             while not self.stopping.is_set():
+                # The group lags behind the sends, so its checkpoints translate with syncs mid-stream.
+                ahead_s = polled / (self.options.records_per_s * GROUP_PACE) - (time.monotonic() - started_s)
+                if ahead_s > 0:
+                    self.stopping.wait(min(ahead_s, GROUP_COMMIT_S))
                 message = consumer.poll(0.2)
                 now_ms = int(time.time() * 1000)
                 if message is not None and message.error() is None:
@@ -236,6 +242,7 @@ class MirrorWorkload:
                                             "partition": message.partition(),
                                             "offset": message.offset(), "value": int(message.value()), "error": None})
                     positions[message.partition()] = message.offset() + 1
+                    polled += 1
                 if positions and time.monotonic() >= next_commit_s:
                     next_commit_s = time.monotonic() + GROUP_COMMIT_S
                     try:

@@ -32,16 +32,17 @@ def copies(target: str, remote: str) -> list[tuple[int, int]]:
 @pytest.mark.guarantee("MIR-1", "MIR-2")
 def test_tasks_split_the_partitions_and_a_killed_mirror_resumes_each_exactly_once(clusters, tmp_path):
     source, target = clusters
-    topic, remote = "tasked", "tasks.tasked"
-    AdminClient({"bootstrap.servers": source}).create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
-    properties = write_properties(tmp_path / "mm2.properties", "tasks", "taskstarget", source, target, **{
+    topic, remote = "spread", "tk.spread"
+    admin = AdminClient({"bootstrap.servers": source})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result()
+    properties = write_properties(tmp_path / "mm2.properties", "tk", "tktarget", source, target, **{
         "topics": topic, "tasks.max": str(TASKS), "exactly.once.support": "enabled",
         "emit.checkpoints.enabled": "false", "refresh.topics.interval.seconds": "1"})
     produce(source, topic, range(RECORDS // 2))
     with MirrorProcess(properties) as mirror:
         wait_for(lambda: len(copies(target, remote)) >= RECORDS // 4, "copies before the kill", mirror=mirror)
         mirror.kill()
-    dealt = {int(task): {int(p) for p in re.findall(r"tasked-(\d+)", partitions)}
+    dealt = {int(task): {int(p) for p in re.findall(r"spread-(\d+)", partitions)}
              for task, partitions in re.findall(r"task (\d+): copying (.*)", mirror.log())}
     assert dealt == {task: set(range(task, PARTITIONS, TASKS)) for task in range(TASKS)}, mirror.log()[-2000:]
     produce(source, topic, range(RECORDS // 2, RECORDS))
