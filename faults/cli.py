@@ -65,7 +65,7 @@ def faults() -> None:
                                       "restarted (faults/connect_workload.py; CON-1..3 checked); "
                                       "mirror: a source and a target cluster of --nodes nodes each and `kspec mirror` "
                                       "between them, killed -9 and restarted, under partition (the link between the "
-                                      "clusters) and kill (leaders on either side) (faults/mirror_run.py; MIR-1..3 checked).")
+                                      "clusters), kill and pause (leaders on either side) (faults/mirror_run.py; MIR-1..3 checked).")
 @click.option("--mirror-set", "mirror_settings", multiple=True, metavar="KEY=VALUE",
               help="With --workload mirror: an mm2.properties key for the mirror, e.g. exactly.once.support=enabled "
                    "(MIR-2 checked too) or tasks.max=2; repeatable.")
@@ -119,6 +119,9 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
             raise click.ClickException(str(e)) from None
     if mirror_settings and workload_name != "mirror":
         raise click.UsageError("--mirror-set configures the mirror of --workload mirror: add --workload mirror")
+    if workload_name == "mirror" and (txn or sub_via != "assign" or topic_configs):
+        raise click.UsageError("--workload mirror runs its own sends, group and mirror across two clusters: "
+                               "drop --txn, --sub-via and --topic-config")
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):

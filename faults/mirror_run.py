@@ -14,6 +14,7 @@ Faults (--nemesis, each flipped on Jepsen's schedule, faults/nemesis.py's Schedu
   partition between nodes); the clients on the host still reach both sides.
 - kill: kill -9 the leader of a mirrored partition on one side (source or target, at random),
   restarted at the package's stop.
+- pause: SIGSTOP the leader of a mirrored partition on one side, SIGCONT at the stop.
 - the mirror itself is killed with -9 every --interval seconds (mean) and started again
   (faults/mirror_workload.py), whatever --nemesis says.
 
@@ -38,12 +39,12 @@ from pathlib import Path
 from typing import Callable
 
 from faults import net
-from faults.mirror_workload import SOURCE_ALIAS, MirrorWorkload, MirrorWorkloadOptions
+from faults.mirror_workload import SOURCE_ALIAS, MirrorWorkload, MirrorWorkloadOptions, mm2_settings
 from faults.nemesis import Schedule
-from mirror.config import ConfigError
 from faults.targets import NETNS_PORT, ReferenceNode, Target, reference_overrides
+from mirror.config import ConfigError, parse
 
-PACKAGES = ("partition", "kill")
+PACKAGES = ("partition", "kill", "pause")
 SIDES = ("source", "target")
 TICK_S = 0.2
 
@@ -59,7 +60,7 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         raise RunError("--workload mirror runs two reference clusters: no --target, --secure or --command-config")
     unknown = sorted(set(options.nemeses) - set(PACKAGES))
     if unknown or options.nemesis_variants:
-        raise RunError(f"--workload mirror takes the nemeses {' and '.join(PACKAGES)} (the link between the "
+        raise RunError(f"--workload mirror takes the nemeses {', '.join(PACKAGES)} (the link between the "
                        f"clusters, leaders on either side), not {', '.join(unknown) or 'variants'}")
     if options.network == "proxy":
         raise RunError("--workload mirror cuts the link between its clusters with network namespaces: "
@@ -68,9 +69,17 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         net.check_capability()
     except net.NetworkUnavailable as e:
         raise RunError(f"--workload mirror needs network namespaces: {e}") from None
+    nodes = options.nodes
+    workload_options = MirrorWorkloadOptions(
+        records_per_s=options.workload.rate_hz, kill_interval_s=options.interval_s,
+        exactly_once=options.mirror_properties.get("exactly.once.support") in ("enabled", "required"),
+        replication_factor=min(nodes, 3), properties=tuple(options.mirror_properties.items()))
+    try:  # the mirror reads its file as this does: a bad --mirror-set is one line, before anything starts
+        parse(mm2_settings(workload_options, "source:9092", "target:9092"))
+    except ConfigError as e:
+        raise RunError(f"--mirror-set: {e}") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(options.seed)
-    nodes = options.nodes
     with contextlib.ExitStack() as cleanup:
         _log_clients_to(out_dir / CLIENTS_LOG_FILE, cleanup)
         network = net.Network(f"ksm{os.getpid() % 100000}", 2 * nodes + 1)
@@ -84,16 +93,9 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         for cluster in clusters.values():
             cluster.wait_until_serving()
         _record_processes(network, clusters)
-        workload = MirrorWorkload(
-            clusters["source"].bootstrap, clusters["target"].bootstrap, out_dir, MirrorWorkloadOptions(
-                records_per_s=options.workload.rate_hz, kill_interval_s=options.interval_s,
-                exactly_once=options.mirror_properties.get("exactly.once.support") in ("enabled", "required"),
-                replication_factor=min(nodes, 3), properties=tuple(options.mirror_properties.items())),
-            seed=options.seed, wrap=lambda command: network.wrap(2 * nodes, command))
-        try:
-            workload.check_config()
-        except ConfigError as e:
-            raise RunError(f"--mirror-set: {e}") from None
+        workload = MirrorWorkload(clusters["source"].bootstrap, clusters["target"].bootstrap, out_dir,
+                                  workload_options, seed=options.seed,
+                                  wrap=lambda command: network.wrap(2 * nodes, command))
         nemesis = LinkNemesis(network, clusters, workload.options.topic, out_dir / TIMELINE_FILE, rng)
         cleanup.callback(nemesis.close)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
@@ -157,6 +159,7 @@ class LinkNemesis:
         self.timeline = open(timeline_path, "a", buffering=1)
         self.started_ns = time.monotonic_ns()
         self.killed: list[tuple[str, int]] = []
+        self.paused: list[tuple[str, int]] = []
         self.active: dict[str, dict] = {}
 
     def apply(self, action: str, package: str) -> dict:
@@ -184,16 +187,24 @@ class LinkNemesis:
         self.network.heal()
         return {}
 
-    def _start_kill(self) -> dict:
+    def _leader(self) -> tuple[str, int, str]:
+        """A side at random and the leader there of a mirrored partition (a random node when the
+        leader is unknown, killed or paused): (side, node index, variant)."""
         side = self.rng.choice(SIDES)
         cluster = self.clusters[side]
         partition = self.rng.randrange(MirrorWorkloadOptions.partitions)
-        running = [i for i, node in enumerate(cluster.nodes) if node.running]
+        candidates = [i for i, node in enumerate(cluster.nodes)
+                      if node.running and (side, i) not in self.killed + self.paused]
         leader = cluster.leader_of(self.topics[side], partition)
-        victim = leader if leader in running else self.rng.choice(running or range(len(cluster.nodes)))
-        cluster.kill(victim)
+        if leader in candidates:
+            return side, leader, "leader"
+        return side, self.rng.choice(candidates or range(len(cluster.nodes))), "random"
+
+    def _start_kill(self) -> dict:
+        side, victim, variant = self._leader()
+        self.clusters[side].kill(victim)
         self.killed.append((side, victim))
-        return {"variant": "leader" if victim == leader else "random", "side": side, "node": victim}
+        return {"variant": variant, "side": side, "node": victim}
 
     def _stop_kill(self) -> dict:
         restarted = []
@@ -202,6 +213,18 @@ class LinkNemesis:
             restarted.append(f"{side}-{index}")
         self.killed = []
         return {"restarted": restarted}
+
+    def _start_pause(self) -> dict:
+        side, victim, variant = self._leader()
+        self.clusters[side].pause(victim)
+        self.paused.append((side, victim))
+        return {"variant": variant, "side": side, "node": victim}
+
+    def _stop_pause(self) -> dict:
+        for side, index in self.paused:
+            self.clusters[side].resume(index)
+        resumed, self.paused = [f"{side}-{index}" for side, index in self.paused], []
+        return {"resumed": resumed}
 
     def close(self) -> None:
         self.timeline.close()

@@ -50,6 +50,7 @@ GROUP_SCHEMA = pa.schema([("time_ms", pa.int64()), ("kind", pa.string()),  # "po
 CHECKPOINTS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                                 ("upstream", pa.int64()), ("downstream", pa.int64())])
 PROGRESS_SAMPLE_S = 1.0
+KILL_WAIT_INTERVALS_MAX = 4
 GROUP_COMMIT_S = 0.5
 GROUP_PACE = 0.7                  # the group reads at this fraction of the send rate
 CREATE_TIMEOUT_S = 60.0
@@ -64,13 +65,33 @@ class MirrorWorkloadOptions:
     topic: str = "mirrored"
     partitions: int = 2
     records_per_s: float = 300.0
-    kill_interval_s: float = 5.0      # the mirror killed with -9 this often (0: never)
+    kill_interval_s: float = 5.0      # the mirror killed with -9 about this often once it copies (0: never)
     restart_after_s: float = 1.0
     exactly_once: bool = False        # exactly.once.support=enabled: MIR-2 is checked too
     replication_factor: int = -1      # remote and internal topics (-1: the brokers' default)
     offset_flush_interval_ms: int = 1000
     group: bool = True                # a source group reading and committing; checkpoints emitted (MIR-3)
     properties: tuple[tuple[str, str], ...] = ()  # more mm2.properties keys (tasks.max, kspec.bug.*, ...)
+
+
+def mm2_settings(o: MirrorWorkloadOptions, source_bootstrap: str, target_bootstrap: str) -> dict[str, str]:
+    """The mirror's mm2.properties: one flow SOURCE_ALIAS->TARGET_ALIAS of the workload's topic,
+    checkpoints of GROUP each second, then the options' own keys (which win)."""
+    rf = str(o.replication_factor)
+    return {
+        "clusters": f"{SOURCE_ALIAS}, {TARGET_ALIAS}",
+        f"{SOURCE_ALIAS}.bootstrap.servers": source_bootstrap,
+        f"{TARGET_ALIAS}.bootstrap.servers": target_bootstrap,
+        f"{SOURCE_ALIAS}->{TARGET_ALIAS}.enabled": "true",
+        "topics": o.topic, "refresh.topics.interval.seconds": "1",
+        "emit.checkpoints.enabled": str(o.group).lower(), "emit.checkpoints.interval.seconds": "1",
+        "groups": GROUP,
+        "offset.flush.interval.ms": str(o.offset_flush_interval_ms),
+        "exactly.once.support": "enabled" if o.exactly_once else "requested",
+        "replication.factor": rf, "offset-syncs.topic.replication.factor": rf,
+        "heartbeats.topic.replication.factor": rf, "checkpoints.topic.replication.factor": rf,
+        "offset.storage.replication.factor": rf, **dict(o.properties),
+    }
 
 
 class MirrorWorkload:
@@ -91,31 +112,12 @@ class MirrorWorkload:
         self.wrap = wrap                  # the mirror's command, e.g. in a network namespace
         self.progress_rows: list[dict] = []
         self.group_rows: list[dict] = []
+        self.progress_copied = -1          # the sum of the sampled progress offsets: grows as the mirror copies
         self.caught_up = False            # close(): the progress covered every acked send in time
 
     def _write_properties(self) -> None:
-        o, rf = self.options, str(self.options.replication_factor)
-        settings = {
-            "clusters": f"{SOURCE_ALIAS}, {TARGET_ALIAS}",
-            f"{SOURCE_ALIAS}.bootstrap.servers": self.source_bootstrap,
-            f"{TARGET_ALIAS}.bootstrap.servers": self.target_bootstrap,
-            f"{SOURCE_ALIAS}->{TARGET_ALIAS}.enabled": "true",
-            "topics": o.topic, "refresh.topics.interval.seconds": "1",
-            "emit.checkpoints.enabled": str(o.group).lower(), "emit.checkpoints.interval.seconds": "1",
-            "groups": GROUP,
-            "offset.flush.interval.ms": str(o.offset_flush_interval_ms),
-            "exactly.once.support": "enabled" if o.exactly_once else "requested",
-            "replication.factor": rf, "offset-syncs.topic.replication.factor": rf,
-            "heartbeats.topic.replication.factor": rf, "checkpoints.topic.replication.factor": rf,
-            "offset.storage.replication.factor": rf, **dict(o.properties),
-        }
+        settings = mm2_settings(self.options, self.source_bootstrap, self.target_bootstrap)
         self.properties.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
-
-    def check_config(self) -> None:
-        """Write mm2.properties and read it back as the mirror will: a ConfigError names a bad key."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._write_properties()
-        load(str(self.properties))
 
     def _start_mirror(self) -> None:
         with open(self.out_dir / "mirror.log", "ab") as log_file:
@@ -172,8 +174,19 @@ class MirrorWorkload:
         producer.flush(SEND_FLUSH_TIMEOUT_S)
 
     def _kill_and_restart(self) -> None:
-        o = self.options
-        while not self.stopping.wait(o.kill_interval_s):
+        """Kill the mirror at a random moment (mean kill_interval_s) once it has committed progress
+        since it started: a kill during its start-up (seconds on a loaded machine) would test
+        nothing. After KILL_WAIT_INTERVALS_MAX intervals without progress (the link cut) it is
+        killed anyway."""
+        o, (config,) = self.options, load(str(self.properties))
+        while not self.stopping.is_set():
+            copied_before = max(self.progress_copied, sum((self._progress(config) or {}).values()))
+            waited_s = 0.0
+            while (self.progress_copied <= copied_before and waited_s < KILL_WAIT_INTERVALS_MAX * o.kill_interval_s
+                   and not self.stopping.wait(PROGRESS_SAMPLE_S)):
+                waited_s += PROGRESS_SAMPLE_S
+            if self.stopping.wait(self.rng.uniform(0, o.kill_interval_s)):
+                break
             self.mirror.kill()
             self.mirror.wait()
             self.kills.append({"killed_ms": int(time.time() * 1000)})
@@ -213,6 +226,8 @@ class MirrorWorkload:
         (config,) = load(str(self.properties))
         while not self.stopping.wait(PROGRESS_SAMPLE_S):
             progress, now_ms = self._progress(config), int(time.time() * 1000)
+            if progress:
+                self.progress_copied = max(self.progress_copied, sum(progress.values()))
             for (topic, partition), last in sorted((progress or {}).items()):
                 self.progress_rows.append({"time_ms": now_ms, "topic": topic, "partition": partition,
                                            "last_copied": last})
