@@ -282,6 +282,21 @@ class MirrorWorkload:
         return progress is not None and all(progress.get((self.options.topic, p), -1) >= last
                                             for p, last in acked.items())
 
+    def _checkpointed(self, config) -> bool:
+        """The target holds, for every partition the group committed, a checkpoint of its last commit."""
+        if not self.options.group:
+            return True
+        committed = {r["partition"]: r["offset"] for r in list(self.group_rows) if r["kind"] == "commit" and not r["error"]}
+        try:
+            checkpoints = self._checkpoints(config)
+        except Exception as e:  # a broker down, the topic not there yet: not yet
+            log.info("checkpoints not readable now: %s", e)
+            return False
+        upstream = {}
+        for c in checkpoints:
+            upstream[c["partition"]] = max(upstream.get(c["partition"], -1), c["upstream"])
+        return all(upstream.get(p, -1) >= offset for p, offset in committed.items())
+
     def _checkpoints(self, config) -> list[dict]:
         """The checkpoints of GROUP the target holds (`<source>.checkpoints.internal`)."""
         connection = ConnectionLog(config.target)
@@ -292,11 +307,11 @@ class MirrorWorkload:
                 if c.group == GROUP]
 
     def close(self, settle_timeout_s: float = 60.0) -> Path:
-        """Wait (up to the timeout) for the target to hold as many records as were acked, stop the
-        mirror and write the history; returns its folder."""
+        """Wait (up to the timeout) for the mirror's progress to cover every acked send and its
+        checkpoints the group's last commits, stop the mirror and write the history; returns its folder."""
         (config,) = load(str(self.properties))
         deadline = time.monotonic() + settle_timeout_s
-        while not (caught_up := self._copied(config)) and time.monotonic() < deadline:
+        while not (caught_up := self._copied(config) and self._checkpointed(config)) and time.monotonic() < deadline:
             time.sleep(POLL_S)
         self.caught_up = caught_up
         self.mirror.terminate()

@@ -62,7 +62,8 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
         F.when(F.col("first_copy") < F.col("latest_earlier_copy"), F.lit("mirror-reorder")),
         F.when(F.col("copies") > 1, F.lit("mirror-duplicate"))))
     flagged = joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
-    checkpoints_checked = (history / CHECKPOINTS_FILE).exists()
+    checkpoints_checked = (history / CHECKPOINTS_FILE).exists() and pq.ParquetFile(
+        history / CHECKPOINTS_FILE).metadata.num_rows > 0  # no checkpoint: MIR-3 not checked
     if checkpoints_checked:
         flagged = flagged.unionByName(_checkpoint_skips(spark, history, target, joined))
     found = (flagged

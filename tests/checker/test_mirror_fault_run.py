@@ -6,11 +6,15 @@ acknowledged) loses records across its kills, and the check says MIR-1 is violat
 from __future__ import annotations
 
 import json
+import shutil
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from faults import net
+from faults.mirror_workload import CHECKPOINTS_SCHEMA
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
 from spark_validation.cli import check
@@ -40,10 +44,16 @@ def kspec_check(spark, out):
     return checked.exit_code, checked.output, json.loads((out / "check" / "verdict.json").read_text())
 
 
-@pytest.mark.guarantee("MIR-1", "MIR-3")
-def test_mirror_across_a_cut_link_and_killed_leaders_loses_nothing_and_translates_safely(spark, tmp_path):
-    out = tmp_path / "run"
+@pytest.fixture(scope="module")
+def at_least_once_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("alo") / "run"
     mirror_run(out)
+    return out
+
+
+@pytest.mark.guarantee("MIR-1", "MIR-3")
+def test_mirror_across_a_cut_link_and_killed_leaders_loses_nothing_and_translates_safely(spark, at_least_once_run):
+    out = at_least_once_run
     timeline = [json.loads(line) for line in (out / "nemesis.jsonl").read_text().splitlines()]
     assert {(e["action"], e["package"]) for e in timeline} >= {("start", "partition"), ("stop", "partition")}
     exit_code, output, verdict = kspec_check(spark, out)
@@ -52,6 +62,28 @@ def test_mirror_across_a_cut_link_and_killed_leaders_loses_nothing_and_translate
     assert verdict["guarantees"]["MIR-3"]["status"] == "held" and verdict["records"]["checkpoints"] > 0
     assert verdict["guarantees"]["MIR-2"]["status"] == "not checked"  # at least once
     assert "MIR-1 held" in output and "MIR-3 held" in output
+
+
+@pytest.mark.guarantee("MIR-3")
+def test_a_checkpoint_translated_past_unconsumed_records_violates_mir3(spark, at_least_once_run, tmp_path):
+    """The run's history with one checkpoint moved: the group's first committed offset translated
+    to the end of its remote partition, past the copies of every record the group had not read."""
+    tampered = tmp_path / "tampered"
+    shutil.copytree(at_least_once_run, tampered, ignore=shutil.ignore_patterns("source", "target", "check"))
+    checkpoints = pq.read_table(tampered / "mirror-checkpoints.parquet").to_pylist()
+    target = pq.read_table(tampered / "mirror-target.parquet").to_pylist()
+    moved = min(checkpoints, key=lambda c: c["upstream"])
+    moved["downstream"] = 1 + max(r["offset"] for r in target if r["partition"] == moved["partition"])
+    pq.write_table(pa.Table.from_pylist(checkpoints, schema=CHECKPOINTS_SCHEMA), tampered / "mirror-checkpoints.parquet")
+    exit_code, output, verdict = kspec_check(spark, tampered)
+    assert exit_code == 1, output
+    assert verdict["guarantees"]["MIR-3"]["status"] == "violated" and verdict["guarantees"]["MIR-1"]["status"] == "held"
+    found = [r for r in pq.read_table(tampered / "check" / "anomalies.parquet").to_pylist()
+             if r["anomaly"] == "mirror-checkpoint-skips"]
+    assert [(r["partition"], r["guarantee"]) for r in found] == [(moved["partition"], "MIR-3")]
+    source = pq.read_table(tampered / "mirror-source.parquet").to_pylist()
+    unread = sorted(r["offset"] for r in source if r["partition"] == moved["partition"] and r["offset"] >= moved["upstream"])
+    assert found[0]["offsets"] == unread[:len(found[0]["offsets"])] and found[0]["offsets"][0] == moved["upstream"]
 
 
 @pytest.mark.guarantee("MIR-1", "MIR-2")
