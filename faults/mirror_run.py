@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from faults import net
-from faults.mirror_workload import SOURCE_ALIAS, MirrorWorkload, MirrorWorkloadOptions, mm2_settings
+from faults.mirror_workload import COPYING_TIMEOUT_S, SOURCE_ALIAS, MirrorWorkload, MirrorWorkloadOptions, mm2_settings
 from faults.nemesis import Schedule
 from faults.targets import NETNS_PORT, ReferenceNode, Target, reference_overrides
 from mirror.config import ConfigError, parse
@@ -102,6 +102,10 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
         workload.start()
         cleanup.callback(lambda: workload.mirror and workload.mirror.poll() is None and workload.mirror.kill())
+        cleanup.callback(workload.stopping.set)  # its threads end however the run ends
+        progress(Status("mirror start", 0.0, options.time_limit_s, 0.0, _completions(workload), {}))
+        if not workload.wait_copying():  # the main phase (and its clock) starts once the mirror copies
+            raise RunError(f"the mirror did not copy within {COPYING_TIMEOUT_S:.0f} s; see {out_dir / 'mirror.log'}")
         started_s = time.monotonic()
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:

@@ -50,7 +50,7 @@ GROUP_SCHEMA = pa.schema([("time_ms", pa.int64()), ("kind", pa.string()),  # "po
 CHECKPOINTS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                                 ("upstream", pa.int64()), ("downstream", pa.int64())])
 PROGRESS_SAMPLE_S = 1.0
-KILL_WAIT_INTERVALS_MAX = 4
+COPYING_TIMEOUT_S = 120.0         # wait_copying's default: a mirror starting on a loaded machine
 GROUP_COMMIT_S = 0.5
 GROUP_PACE = 0.7                  # the group reads at this fraction of the send rate
 CREATE_TIMEOUT_S = 60.0
@@ -148,6 +148,13 @@ class MirrorWorkload:
         for thread in self.threads:
             thread.start()
 
+    def wait_copying(self, timeout_s: float = COPYING_TIMEOUT_S) -> bool:
+        """Wait until the mirror has committed progress (it is up and copying); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while self.progress_copied < 0 and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return self.progress_copied >= 0
+
     def _send(self) -> None:
         from confluent_kafka import Producer
 
@@ -174,17 +181,14 @@ class MirrorWorkload:
         producer.flush(SEND_FLUSH_TIMEOUT_S)
 
     def _kill_and_restart(self) -> None:
-        """Kill the mirror at a random moment (mean kill_interval_s) once it has committed progress
-        since it started: a kill during its start-up (seconds on a loaded machine) would test
-        nothing. After KILL_WAIT_INTERVALS_MAX intervals without progress (the link cut) it is
-        killed anyway."""
+        """Kill the mirror at a random moment within kill_interval_s once it has committed progress
+        since it started: a kill during its start-up (seconds on a loaded machine) or while the
+        link is cut tests nothing new."""
         o, (config,) = self.options, load(str(self.properties))
         while not self.stopping.is_set():
             copied_before = max(self.progress_copied, sum((self._progress(config) or {}).values()))
-            waited_s = 0.0
-            while (self.progress_copied <= copied_before and waited_s < KILL_WAIT_INTERVALS_MAX * o.kill_interval_s
-                   and not self.stopping.wait(PROGRESS_SAMPLE_S)):
-                waited_s += PROGRESS_SAMPLE_S
+            while self.progress_copied <= copied_before and not self.stopping.wait(PROGRESS_SAMPLE_S):
+                pass
             if self.stopping.wait(self.rng.uniform(0, o.kill_interval_s)):
                 break
             self.mirror.kill()
