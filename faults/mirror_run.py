@@ -106,16 +106,17 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         progress(Status("mirror start", 0.0, options.time_limit_s, 0.0, _completions(workload), {}))
         if not workload.wait_copying():  # the main phase (and its clock) starts once the mirror copies
             raise RunError(f"the mirror did not copy within {COPYING_TIMEOUT_S:.0f} s; see {out_dir / 'mirror.log'}")
-        started_s = time.monotonic()
+        started_s, sent_before = time.monotonic(), _sent(workload)
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
                 for action, package in schedule.due(elapsed_s) if schedule else ():
                     nemesis.apply(action, package)
                     _record_processes(network, clusters)
-                progress(Status("main", elapsed_s, options.time_limit_s, _sent(workload) / max(elapsed_s, 1e-3),
+                progress(Status("main", elapsed_s, options.time_limit_s,
+                                (_sent(workload) - sent_before) / max(elapsed_s, 1e-3),
                                 _completions(workload), dict(nemesis.active)))
                 time.sleep(TICK_S)
-            main_ops_per_s = _sent(workload) / (time.monotonic() - started_s)
+            main_ops_per_s = (_sent(workload) - sent_before) / (time.monotonic() - started_s)
         finally:
             # Healed first: sends in flight to a killed or cut-off node complete only once it is back.
             for action, package in schedule.heal_all() if schedule else ():

@@ -61,6 +61,7 @@ DEFAULTS = {
     "tasks.max": "1",
     # A historical bug on a switch (as the broker's kspec.bug.*), off by default: progress is
     # written without waiting for the copies' acks, so a kill -9 loses the copies in flight (MIR-1).
+    # The copies' target offsets are not known at the commit either, so no offset syncs are written.
     "kspec.bug.mirror.commit.before.ack": "false",
 }
 # Worker and connector keys that are not client configs, so `<alias>.<key>` is not passed on.
