@@ -20,10 +20,10 @@ Faults (--nemesis, each flipped on Jepsen's schedule, faults/nemesis.py's Schedu
 
 The workload (faults/mirror_workload.py) sends numbered records to the source topic, reads it
 as a consumer group that commits, samples the mirror's progress, and at the end (faults healed,
-the mirror caught up with every acked send and checkpointed the group's last commits) records
-both clusters' records and the group's checkpoints into the results folder, so `kspec check OUT`
-reports MIR-1, MIR-2 (with `--mirror-set exactly.once.support=enabled`) and MIR-3
-(spark_validation/mirror.py).
+the mirror caught up with every acked send, and then, time allowing, checkpointed the group's
+last commits) records both clusters' records and the group's checkpoints into the results
+folder, so `kspec check OUT` reports MIR-1, MIR-2 (with `--mirror-set exactly.once.support=enabled`)
+and MIR-3 (spark_validation/mirror.py).
 
 Network namespaces are needed (root, `ip`, `iptables`): the proxy layer cuts a node's client
 links, and the mirror is a client of both clusters, so it cannot cut one cluster off from the
@@ -128,8 +128,8 @@ def run_mirror(options, out_dir: Path, progress: Callable) -> object:
         result = RunResult(out_dir, "netns", "the link between the clusters is cut with network namespaces",
                            _completions(workload), main_ops_per_s, workload.caught_up, None,
                            [] if workload.caught_up else
-                           [f"the mirror's progress did not cover every acked send, or its checkpoints the "
-                            f"group's last commits, within {options.final_read_timeout_s + options.quiet_s:.0f} s"])
+                           [f"the mirror's progress did not cover every acked send within "
+                            f"{options.final_read_timeout_s + options.quiet_s:.0f} s"])
         _write_results(out_dir, options, result, workload)
     return result
 
@@ -258,6 +258,7 @@ def _write_results(out_dir: Path, options, result, workload: MirrorWorkload) -> 
         "completions": result.completions,
         "main_phase_sends_per_s": round(result.ops_per_s, 1),
         "mirror_caught_up": result.final_reads_complete,
+        "checkpoints_caught_up": workload.checkpointed,  # the group's last commits checkpointed in time
         "mirror_kills": len(workload.kills),
         "workload_failures": result.workload_failures,
     }

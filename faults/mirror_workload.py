@@ -114,6 +114,7 @@ class MirrorWorkload:
         self.group_rows: list[dict] = []
         self.progress_copied = -1          # the sum of the sampled progress offsets: grows as the mirror copies
         self.caught_up = False            # close(): the progress covered every acked send in time
+        self.checkpointed = False         # close(): and the checkpoints reached the group's last commits
 
     def _write_properties(self) -> None:
         settings = mm2_settings(self.options, self.source_bootstrap, self.target_bootstrap)
@@ -311,13 +312,20 @@ class MirrorWorkload:
                 if c.group == GROUP]
 
     def close(self, settle_timeout_s: float = 60.0) -> Path:
-        """Wait (up to the timeout) for the mirror's progress to cover every acked send and its
-        checkpoints the group's last commits, stop the mirror and write the history; returns its folder."""
+        """Wait (up to the timeout) for the mirror's progress to cover every acked send, then (in
+        what is left of it) for its checkpoints to reach the group's last commits; stop the mirror
+        and write the history; returns its folder. `caught_up` says whether the copies caught up,
+        `checkpointed` whether the checkpoints did (MIR-3 is checked on those there are either way)."""
         (config,) = load(str(self.properties))
         deadline = time.monotonic() + settle_timeout_s
-        while not (caught_up := self._copied(config) and self._checkpointed(config)) and time.monotonic() < deadline:
+        while not (caught_up := self._copied(config)) and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        self.caught_up = caught_up
+        while caught_up and not (checkpointed := self._checkpointed(config)) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        self.caught_up, self.checkpointed = caught_up, caught_up and checkpointed
+        if caught_up and not checkpointed:
+            log.warning("the mirror's checkpoints did not reach the group's last commits within %.0f s",
+                        settle_timeout_s)
         self.mirror.terminate()
         try:
             self.mirror.wait(settle_timeout_s)
