@@ -326,6 +326,11 @@ class Flow:
         except KafkaException as error:
             log.warning("flow %s: cannot read the source's group offsets (%s); retrying at the next interval",
                         c.name, error.args[0].str())
+            if error.args[0].code() == KafkaError._TIMED_OUT:
+                # Seen after the source's only node was restarted behind a cut link: the admin
+                # client's requests to the group coordinator kept timing out for minutes while
+                # the consumers had reconnected. A new client starts from the bootstrap list.
+                self.source_admin = build("admin", c.source_clients, self.source_connection)
             return
         for checkpoint in (cp for cps in translated.values() for cp in cps):
             key = (checkpoint.group, checkpoint.topic, checkpoint.partition)
