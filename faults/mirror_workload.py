@@ -333,7 +333,7 @@ class MirrorWorkload:
             self.mirror.kill()
             self.mirror.wait()
         record(config, self.out_dir)
-        checkpoints = self._checkpoints(config) if self.options.group else []
+        checkpoints = self._checkpoints(config) if self.options.group and config.emit_checkpoints else []
         for rows, schema, name in ((self.sends, SENDS_SCHEMA, SENDS_FILE),
                                    (self.progress_rows, PROGRESS_SCHEMA, PROGRESS_FILE),
                                    (self.group_rows, GROUP_SCHEMA, GROUP_FILE),
