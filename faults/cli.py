@@ -56,12 +56,19 @@ def faults() -> None:
               help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
                    "keys, tombstones delete some, and RET-1 is checked); repeatable.")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
-@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams", "connect"]), default="queue",
+@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams", "connect", "mirror"]),
+              default="queue",
               show_default=True, help="quixstreams: the queue workload's sends feed a Quix Streams exactly-once "
                                       "counting application, itself killed and restarted (faults/streams.py); "
                                       "connect: beside the queue workload, a FileStreamSource -> topic -> "
                                       "FileStreamSink pipeline on two distributed Connect workers, killed -9 and "
-                                      "restarted (faults/connect_workload.py; CON-1..3 checked).")
+                                      "restarted (faults/connect_workload.py; CON-1..3 checked); "
+                                      "mirror: a source and a target cluster of --nodes nodes each and `kspec mirror` "
+                                      "between them, killed -9 and restarted, under partition (the link between the "
+                                      "clusters), kill and pause (leaders on either side) (faults/mirror_run.py; MIR-1..3 checked).")
+@click.option("--mirror-set", "mirror_settings", multiple=True, metavar="KEY=VALUE",
+              help="With --workload mirror: an mm2.properties key for the mirror, e.g. exactly.once.support=enabled "
+                   "(MIR-2 checked too) or tasks.max=2; repeatable.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the fault schedule and the workload.")
 @click.option("--set", "properties", multiple=True, metavar="KEY=VALUE",
               help="A Kafka broker property for every reference node, e.g. log.flush.interval.messages=1; repeatable.")
@@ -77,7 +84,7 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
         interval_s: float, quiet_s: float, network: str, acks: str, idempotence: bool | None, isolation_level: str,
         txn: bool, seed: int, properties: tuple[str, ...], out_dir: Path, sub_via: str = "assign",
         assignor: str = "roundrobin", topic_configs: tuple[str, ...] = (), workload_name: str = "queue",
-        command_config: str | None = None, secure: bool = False) -> None:
+        command_config: str | None = None, secure: bool = False, mirror_settings: tuple[str, ...] = ()) -> None:
     """Run a workload under faults and record its history."""
     from rich.console import Console
     from rich.live import Live
@@ -110,6 +117,11 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
             check_streams_python()
         except StreamsUnavailable as e:
             raise click.ClickException(str(e)) from None
+    if mirror_settings and workload_name != "mirror":
+        raise click.UsageError("--mirror-set configures the mirror of --workload mirror: add --workload mirror")
+    if workload_name == "mirror" and (txn or sub_via != "assign" or topic_configs):
+        raise click.UsageError("--workload mirror runs its own sends, group and mirror across two clusters: "
+                               "drop --txn, --sub-via and --topic-config")
     if image is not None and target == "reference":
         raise click.UsageError("--image is for containers: add --target docker")
     if target == "docker" and (network != "auto" or "link" in nemesis.split(",")):
@@ -127,7 +139,8 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     options = RunOptions(target=target, image=image, nodes=nodes, nemeses=packages, nemesis_variants=variants,
                          time_limit_s=time_limit_s, interval_s=interval_s, quiet_s=quiet_s, network=network,
                          seed=seed, broker_properties=broker_properties(properties), workload=workload,
-                         workload_name=workload_name, client_properties=client_properties, secure=secure)
+                         workload_name=workload_name, client_properties=client_properties, secure=secure,
+                         mirror_properties=key_values("--mirror-set", mirror_settings, "exactly.once.support=enabled"))
     # SIGTERM unwinds like Ctrl-C, so the run tears down what it made.
     signal.signal(signal.SIGTERM, _interrupt)
     console = Console(stderr=True)
@@ -148,7 +161,7 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
                   + (f"; {result.acked_missing} acked values missing from them" if result.acked_missing else ""))
     for failure in result.workload_failures:
         console.print(f"[red]workload: {failure}[/red]")
-    click.echo(str(out_dir / "history.parquet"))
+    click.echo(str(out_dir if workload_name == "mirror" else out_dir / "history.parquet"))
 
 
 def parse_nemeses(nemesis: str) -> tuple[tuple[str, ...], dict[str, str]]:

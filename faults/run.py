@@ -67,6 +67,7 @@ class RunOptions:
     #                                      or "connect": a Connect pipeline beside it (faults/connect_workload.py)
     client_properties: dict[str, str] = field(default_factory=dict)  # --command-config (faults/security.py)
     secure: bool = False                 # --secure: SASL_SSL reference nodes (faults/security.py)
+    mirror_properties: dict[str, str] = field(default_factory=dict)  # --mirror-set: mm2.properties keys (faults/mirror_run.py)
 
     def __post_init__(self) -> None:
         unknown = set(self.nemeses) - set(PACKAGES)
@@ -74,7 +75,7 @@ class RunOptions:
         assert all(v in VARIANTS.get(p, ()) for p, v in self.nemesis_variants.items()), self.nemesis_variants
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
         assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
-        assert self.workload_name in WORKLOADS and not (self.workload_name == "quixstreams" and self.workload.txn)
+        assert self.workload_name in (*WORKLOADS, "mirror") and not (self.workload_name == "quixstreams" and self.workload.txn)
         assert not (self.secure and (self.target != "reference" or self.client_properties)), "--secure: reference only"
 
 
@@ -124,6 +125,9 @@ def choose_mode(requested: str, nemeses: tuple[str, ...]) -> tuple[str, str]:
 
 
 def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] = lambda status: None) -> RunResult:
+    if options.workload_name == "mirror":  # two clusters and a mirror between them
+        from faults.mirror_run import run_mirror
+        return run_mirror(options, out_dir, progress)
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RunError(f"{out_dir} is not empty; give a new folder for the results")

@@ -58,6 +58,11 @@ DEFAULTS = {
     "transaction.boundary": "poll",
     "transaction.boundary.interval.ms": "",
     "exactly.once.source.support": "disabled",
+    "tasks.max": "1",
+    # A historical bug on a switch (as the broker's kspec.bug.*), off by default: progress is
+    # written without waiting for the copies' acks, so a kill -9 loses the copies in flight (MIR-1).
+    # The copies' target offsets are not known at the commit either, so no offset syncs are written.
+    "kspec.bug.mirror.commit.before.ack": "false",
 }
 # Worker and connector keys that are not client configs, so `<alias>.<key>` is not passed on.
 NOT_CLIENT_KEYS = set(DEFAULTS) | {"enabled", "tasks.max", "exactly.once.source.support", "group.id"}
@@ -145,6 +150,8 @@ class FlowConfig:
     exactly_once: bool
     transaction_boundary: str          # KIP-618: a transaction per poll, or per interval
     transaction_boundary_interval_ms: int
+    tasks_max: int                     # MirrorSourceConnector's tasks: source partitions dealt round-robin
+    bug_commit_before_ack: bool        # kspec.bug.mirror.commit.before.ack
 
     @property
     def name(self) -> str:
@@ -164,10 +171,9 @@ class FlowConfig:
         """The Connect offsets topic MM2's herder for this flow keeps in the target cluster."""
         return f"mm2-offsets.{self.source}.internal"
 
-    @property
-    def transactional_id(self) -> str:
+    def transactional_id(self, task: int) -> str:
         """KIP-618's `<group.id>-<connector>-<task>` with MM2's group.id `<source>-mm2`."""
-        return f"{self.source}-mm2-MirrorSourceConnector-0"
+        return f"{self.source}-mm2-MirrorSourceConnector-{task}"
 
     def mirrors_topic(self, topic: str) -> bool:
         """MM2's DefaultTopicFilter plus MirrorSourceConnector's rules: heartbeats topics always
@@ -302,6 +308,8 @@ def _flow(properties: dict[str, str], source: str, target: str) -> FlowConfig:
         transaction_boundary_interval_ms=(integer("transaction.boundary.interval.ms", 1)
                                           if get("transaction.boundary.interval.ms") else
                                           integer("offset.flush.interval.ms", 1)),
+        tasks_max=integer("tasks.max", 1),
+        bug_commit_before_ack=boolean("kspec.bug.mirror.commit.before.ack"),
     )
 
 

@@ -2,13 +2,20 @@
 write offset syncs, emit checkpoints and heartbeats, and sync group offsets.
 
 What MM2 spreads over three connectors (MirrorSourceConnector, MirrorCheckpointConnector,
-MirrorHeartbeatConnector) on a Connect herder runs here as one loop on one thread:
+MirrorHeartbeatConnector) on a Connect herder runs here as one connector loop and `tasks.max`
+source tasks, each on a thread of its own:
 
-    refresh topics, sync topic configs -> poll source -> copy into target -> commit progress
-    -> offset syncs -> heartbeat, checkpoints, group offsets (each on its own interval)
+    connector: refresh topics, sync topic configs and ACLs, deal new partitions to the tasks,
+               heartbeat, checkpoints, group offsets (each on its own interval)
+    task k:    poll source -> copy into target -> commit progress -> offset syncs
+
+As MirrorSourceConnector does, partitions are dealt round-robin over the tasks (the n-th
+partition found goes to task n % tasks.max); each task has its own consumer and producer (with
+exactly once its own transactional.id, `<source>-mm2-MirrorSourceConnector-<task>`).
 
 Progress is Connect's source offsets, kept in `mm2-offsets.<source>.internal` in the target:
-for each source partition the last offset copied; a restarted mirror continues after it.
+for each source partition the last offset copied; a restarted mirror continues after it,
+whichever task the partition is dealt to then.
 
 - At least once (default): records are produced with an idempotent producer; every
   `offset.flush.interval.ms` the producer is flushed and only then is progress written. A kill
@@ -79,14 +86,13 @@ class Flow:
         self.progress: dict[tuple[str, int], int] = {}     # source tp -> last offset copied (committed)
         self.assigned: dict[tuple[str, int], None] = {}    # source partitions being copied, in order
         self.remote_partitions_wanted: dict[str, int] = {}  # remote topic -> its source's partition count
-        self.writer = SyncWriter(config.offset_lag_max)
         self.store = SyncStore()
+        self.store_lock = threading.Lock()                  # tasks add syncs, the connector translates
+        self.tasks: list[SourceTask] = []
         self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
         self.inactive_groups_warned: set[str] = set()
-        self.batch = Batch()
-        self.copied_total = 0
         self.due_s = {"refresh": 0.0, "config-sync": 0.0, "acl-sync": 0.0, "heartbeat": 0.0, "checkpoint": 0.0,
-                      "group-sync": 0.0, "commit": 0.0}
+                      "group-sync": 0.0}
         self.source_has_authorizer = True  # until DescribeAcls says SECURITY_DISABLED
 
     # ---- start ---------------------------------------------------------------------------
@@ -111,27 +117,17 @@ class Flow:
         if c.emit_offset_syncs:
             create_topics(self.source_admin, c.source,
                           [NewTopic(c.offset_syncs_topic, 1, rf["offset-syncs.topic"], config=compact)])
-        self.source_consumer = build("consumer", c.source_clients, self.source_connection, **{
-            "group.id": f"{c.source}-mm2", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed" if c.exactly_once else "read_uncommitted"})
         self.source_producer = build("producer", c.source_clients, self.source_connection,
                                      **{"client.id": f"{c.name}-offset-syncs"})
         # Internal records (heartbeats, checkpoints) never belong to the copy's transactions.
         self.target_producer = build("producer", c.target_clients, self.target_connection,
                                      **{"client.id": f"{c.name}-internal", "partitioner": "murmur2_random"})
-        data_settings = {"client.id": c.name, "enable.idempotence": True, "acks": "all",
-                         "partitioner": "murmur2_random", "linger.ms": 5}
-        if c.exactly_once:
-            data_settings["transactional.id"] = c.transactional_id
-        self.data_producer = build("producer", c.target_clients, self.target_connection, **data_settings)
-        if c.exactly_once:
-            # Fences an earlier incarnation and aborts its open transaction before progress is read.
-            self.data_producer.init_transactions(REQUEST_TIMEOUT_S)
+        self.tasks = [SourceTask(self, task) for task in range(c.tasks_max)]
         self._recover_progress()
         if c.emit_offset_syncs:
             self._read_offset_syncs()
-        log.info("flow %s: %s, progress for %d partitions", c.name,
-                 "exactly once" if c.exactly_once else "at least once", len(self.progress))
+        log.info("flow %s: %s, %d task(s), progress for %d partitions", c.name,
+                 "exactly once" if c.exactly_once else "at least once", len(self.tasks), len(self.progress))
         return True
 
     def _recover_progress(self) -> None:
@@ -157,7 +153,12 @@ class Flow:
     # ---- the loop --------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The connector loop on this thread, each task on its own; a task's MirrorError or crash
+        stops the flow and is raised here."""
         c = self.config
+        threads = [threading.Thread(target=task.run, name=f"{c.name}-task-{task.index}") for task in self.tasks]
+        for thread in threads:
+            thread.start()
         try:
             while not self.stopping.is_set():
                 now_s = time.monotonic()
@@ -168,31 +169,19 @@ class Flow:
                 if self._due("acl-sync", now_s, c.sync_topic_acls_interval_s
                              if c.sync_topic_acls and self.source_has_authorizer else None):
                     self._sync_topic_acls()
-                try:
-                    self._copy_one_poll()
-                    if self._commit_due():
-                        self._commit()
-                except Rewind as why:
-                    log.warning("flow %s: %s; copying again from the stored progress", c.name, why)
-                    self._rewind()
-                    self.stopping.wait(RETRY_BACKOFF_S)
-                    continue
-                now_s = time.monotonic()
                 if c.emit_heartbeats and self._due("heartbeat", now_s, c.emit_heartbeats_interval_s):
                     self._heartbeat()
                 if c.emit_checkpoints and self._due("checkpoint", now_s, c.emit_checkpoints_interval_s):
                     self._checkpoints()
+                self.stopping.wait(POLL_TIMEOUT_S)
         finally:
+            self.stopping.set()
+            for thread in threads:
+                thread.join()
             self._close()
-
-    def _commit_due(self) -> bool:
-        """At least once: every offset.flush.interval.ms. Exactly once: after every poll, or
-        every transaction.boundary.interval.ms with transaction.boundary=interval (KIP-618)."""
-        c = self.config
-        if c.exactly_once and c.transaction_boundary == "poll":
-            return True
-        interval_ms = c.transaction_boundary_interval_ms if c.exactly_once else c.offset_flush_interval_ms
-        return self._due("commit", time.monotonic(), interval_ms / 1000)
+        for task in self.tasks:
+            if task.error is not None:
+                raise task.error
 
     def _due(self, what: str, now_s: float, interval_s: float | None) -> bool:
         if interval_s is None or now_s < self.due_s[what]:
@@ -235,29 +224,12 @@ class Flow:
             except KafkaException as error:
                 raise MirrorError(f"cluster {c.target} refused to add partitions to {remote}: "
                                   f"{error.args[0].str()}") from None
-        known = self._partitions_known_to_producer([t.topic for t in new_topics] + [g.topic for g in grown])
-        added = [(topic, p) for topic, n in sorted(wanted.items()) for p in range(n)
-                 if (topic, p) not in self.assigned
-                 and p < known.get(self.policy.format_remote_topic(c.source, topic), n)]
+        added = [(topic, p) for topic, n in sorted(wanted.items()) for p in range(n) if (topic, p) not in self.assigned]
+        for topic, partition in added:  # round-robin, as MirrorSourceConnector deals partitions to its tasks
+            self.tasks[len(self.assigned) % len(self.tasks)].add(topic, partition)
+            self.assigned[(topic, partition)] = None
         if added:
-            self.source_consumer.incremental_assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in added])
-            self.assigned.update(dict.fromkeys(added))
             log.info("flow %s: copying %s", c.name, ", ".join(f"{t}-{p}" for t, p in added))
-
-    def _partitions_known_to_producer(self, remote_topics: list[str]) -> dict[str, int]:
-        """Partitions of just created or grown remote topics that the data producer's metadata
-        shows (it refuses to produce to others); the rest are picked up at the next refresh."""
-        known: dict[str, int] = {}
-        deadline = time.monotonic() + REQUEST_TIMEOUT_S
-        for remote in remote_topics:
-            while True:
-                metadata = self.data_producer.list_topics(remote, timeout=REQUEST_TIMEOUT_S).topics.get(remote)
-                known[remote] = len(metadata.partitions) if metadata is not None and metadata.error is None else 0
-                wanted = self.remote_partitions_wanted[remote]
-                if known[remote] >= wanted or time.monotonic() > deadline or self.stopping.is_set():
-                    break
-                time.sleep(0.1)
-        return known
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
         """The source topic's own configs (not defaults), minus config.properties.exclude."""
@@ -323,121 +295,6 @@ class Flow:
             log.warning("flow %s: cannot create topic ACLs in %s (%s); trying again at the next interval",
                         c.name, c.target, error.args[0].str())
 
-    def _start_offset(self, topic: str, partition: int) -> int:
-        last = self.progress.get((topic, partition))
-        return OFFSET_BEGINNING if last is None else last + 1
-
-    # ---- copying -----------------------------------------------------------------------------
-
-    def _copy_one_poll(self) -> None:
-        c = self.config
-        if not self.assigned:
-            self.stopping.wait(POLL_TIMEOUT_S)
-            return
-        messages = self.source_consumer.consume(POLL_RECORDS_MAX, POLL_TIMEOUT_S)
-        records = []
-        for message in messages:
-            if message.error() is None:
-                records.append(message)
-            elif message.error().code() != KafkaError._PARTITION_EOF:
-                log.warning("flow %s: reading %s-%s: %s", c.name, message.topic(), message.partition(),
-                            message.error().str())
-        if not records:
-            return
-        if c.exactly_once and self.batch.produced == 0:
-            self.data_producer.begin_transaction()
-        for message in records:
-            self._produce_copy(message)
-        self.data_producer.poll(0)
-
-    def _produce_copy(self, message) -> None:
-        source_tp = (message.topic(), message.partition())
-        upstream = message.offset()
-        batch = self.batch
-
-        def delivered(error, copy) -> None:
-            if error is not None:
-                batch.failure = batch.failure or error
-            else:
-                batch.delivered.append((*source_tp, upstream, copy.offset()))
-
-        timestamp_type, timestamp_ms = message.timestamp()
-        while True:
-            try:
-                self.data_producer.produce(
-                    self.policy.format_remote_topic(self.config.source, message.topic()), message.value(),
-                    message.key(), partition=message.partition(), headers=message.headers(),
-                    timestamp=0 if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp_ms, on_delivery=delivered)
-                break
-            except BufferError:  # librdkafka's queue is full: let deliveries drain
-                self.data_producer.poll(0.1)
-        batch.last_consumed[source_tp] = upstream
-        batch.produced += 1
-
-    def _commit(self) -> None:
-        """Make the batch's copies and the progress after them durable, then send offset syncs."""
-        c, batch = self.config, self.batch
-        if batch.produced == 0:
-            return
-        progress = [(c.offsets_topic, progress_key(c.source, topic, partition), progress_value(last))
-                    for (topic, partition), last in sorted(batch.last_consumed.items())]
-        if c.exactly_once:
-            for topic, key, value in progress:
-                self.data_producer.produce(topic, value, key)
-            try:
-                self.data_producer.commit_transaction(FLUSH_TIMEOUT_S)
-            except KafkaException as exception:
-                self._transaction_failed(exception.args[0])
-        else:
-            self._flush_or_rewind()
-            for topic, key, value in progress:
-                self.data_producer.produce(topic, value, key, on_delivery=self._progress_delivered)
-            self._flush_or_rewind()
-        if batch.failure is not None:
-            raise Rewind(f"a copy was refused: {batch.failure.str()}")
-        self.progress.update(batch.last_consumed)
-        self.copied_total += batch.produced
-        self.batch = Batch()
-        self._offset_syncs(batch)
-
-    def _progress_delivered(self, error, _message) -> None:
-        if error is not None:
-            self.batch.failure = self.batch.failure or error
-
-    def _flush_or_rewind(self) -> None:
-        if self.data_producer.flush(FLUSH_TIMEOUT_S) > 0:
-            raise Rewind(f"the target did not acknowledge within {FLUSH_TIMEOUT_S:.0f} s")
-
-    def _transaction_failed(self, error: KafkaError) -> None:
-        if error.fatal():
-            raise MirrorError(f"flow {self.config.name}: the transactional producer {self.config.transactional_id} "
-                              f"cannot go on ({error.str()}); another mirror of this flow may have fenced it")
-        if error.txn_requires_abort():
-            self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
-        raise Rewind(f"the transaction failed: {error.str()}")
-
-    def _rewind(self) -> None:
-        """Forget the uncommitted batch and read every partition again after its stored progress."""
-        if self.config.exactly_once and self.batch.produced:
-            try:
-                self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
-            except KafkaException:
-                pass  # no transaction was open any more
-        self.data_producer.flush(FLUSH_TIMEOUT_S)
-        self.batch = Batch()
-        self.source_consumer.assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in self.assigned])
-
-    def _offset_syncs(self, batch: Batch) -> None:
-        c = self.config
-        if not c.emit_offset_syncs:
-            return
-        syncs = [s for d in sorted(batch.delivered, key=lambda d: (d[0], d[1], d[2]))
-                 if (s := self.writer.copied(*d)) is not None]
-        for sync in syncs + self.writer.deferred():
-            self.source_producer.produce(c.offset_syncs_topic, sync.value(), sync.key(), partition=0)
-            self.store.add(sync)
-        self.source_producer.poll(0)
-
     # ---- heartbeats, checkpoints, group offsets -------------------------------------------
 
     def _heartbeat(self) -> None:
@@ -459,7 +316,8 @@ class Flow:
                 for tp in answer[group].result().topic_partitions:
                     if tp.offset < 0 or tp.error is not None or (tp.topic, tp.partition) not in self.assigned:
                         continue
-                    downstream = self.store.translate(tp.topic, tp.partition, tp.offset)
+                    with self.store_lock:
+                        downstream = self.store.translate(tp.topic, tp.partition, tp.offset)
                     if downstream < 0:
                         continue
                     remote = self.policy.format_remote_topic(c.source, tp.topic)
@@ -468,6 +326,11 @@ class Flow:
         except KafkaException as error:
             log.warning("flow %s: cannot read the source's group offsets (%s); retrying at the next interval",
                         c.name, error.args[0].str())
+            if error.args[0].code() == KafkaError._TIMED_OUT:
+                # Seen after the source's only node was restarted behind a cut link: the admin
+                # client's requests to the group coordinator kept timing out for minutes while
+                # the consumers had reconnected. A new client starts from the bootstrap list.
+                self.source_admin = build("admin", c.source_clients, self.source_connection)
             return
         for checkpoint in (cp for cps in translated.values() for cp in cps):
             key = (checkpoint.group, checkpoint.topic, checkpoint.partition)
@@ -506,17 +369,228 @@ class Flow:
     # ---- stop --------------------------------------------------------------------------------
 
     def _close(self) -> None:
-        """A clean stop: commit what was copied, send what is queued, leave the clusters."""
-        c = self.config
-        try:
-            if hasattr(self, "data_producer") and self.batch.produced:
-                self._commit()
-        except (Rewind, KafkaException) as error:
-            log.warning("flow %s: the last batch was not committed (%s); it is copied again at the next start",
-                        c.name, error)
+        """A clean stop (the tasks have committed what they copied): send what is queued."""
         for name in ("source_producer", "target_producer"):
             if hasattr(self, name):
                 getattr(self, name).flush(FLUSH_TIMEOUT_S)
-        if hasattr(self, "source_consumer"):
-            self.source_consumer.close()
-        log.info("flow %s: stopped after copying %d records", c.name, self.copied_total)
+        log.info("flow %s: stopped after copying %d records", self.config.name, sum(t.copied_total for t in self.tasks))
+
+
+class SourceTask:
+    """One of MirrorSourceConnector's tasks: copies the source partitions dealt to it with a
+    consumer and a producer of its own, and commits their progress (see the module docstring)."""
+
+    def __init__(self, flow: Flow, index: int) -> None:
+        c = flow.config
+        self.flow, self.config, self.index = flow, c, index
+        self.stopping = flow.stopping
+        self.name = f"{c.name} task {index}"
+        self.assigned: dict[tuple[str, int], None] = {}  # copied by this task, in the order dealt
+        self.pending: list[tuple[str, int]] = []          # dealt by the connector, not yet assigned
+        self.pending_lock = threading.Lock()
+        self.writer = SyncWriter(c.offset_lag_max)
+        self.batch = Batch()
+        self.copied_total = 0
+        self.commit_due_s = 0.0
+        self.error: Exception | None = None
+        self.source_consumer = build("consumer", c.source_clients, flow.source_connection, **{
+            "group.id": f"{c.source}-mm2", "enable.auto.commit": False, "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed" if c.exactly_once else "read_uncommitted"})
+        # MM2's producer overrides come from `<target>.producer.*`; linger.ms is ours unless set there.
+        data_settings = {"client.id": f"{c.name}-{index}", "enable.idempotence": True, "acks": "all",
+                         "partitioner": "murmur2_random",
+                         **({} if "linger.ms" in c.target_clients["producer"] else {"linger.ms": 5})}
+        if c.exactly_once:
+            data_settings["transactional.id"] = c.transactional_id(index)
+        self.data_producer = build("producer", c.target_clients, flow.target_connection, **data_settings)
+        if c.exactly_once:
+            # Fences an earlier incarnation and aborts its open transaction before progress is read.
+            self.data_producer.init_transactions(REQUEST_TIMEOUT_S)
+
+    def add(self, topic: str, partition: int) -> None:
+        """The connector deals a partition to this task (from the connector's thread)."""
+        with self.pending_lock:
+            self.pending.append((topic, partition))
+
+    def run(self) -> None:
+        c = self.config
+        try:
+            while not self.stopping.is_set():
+                self._assign_pending()
+                try:
+                    self._copy_one_poll()
+                    if self._commit_due():
+                        self._commit()
+                except Rewind as why:
+                    log.warning("%s: %s; copying again from the stored progress", self.name, why)
+                    self._rewind()
+                    self.stopping.wait(RETRY_BACKOFF_S)
+        except Exception as error:  # MirrorError: one line for the operator; anything else: logged here
+            if not isinstance(error, MirrorError):
+                log.exception("%s failed", self.name)
+            self.error = error
+            self.stopping.set()
+        finally:
+            self._close()
+
+    def _assign_pending(self) -> None:
+        """Start copying the partitions dealt to this task whose remote partition this task's
+        producer already knows (it refuses to produce to others); the rest wait for a later loop."""
+        with self.pending_lock:
+            pending, self.pending = self.pending, []
+        ready, waiting = [], []
+        for topic, partition in pending:
+            remote = self.flow.policy.format_remote_topic(self.config.source, topic)
+            metadata = self.data_producer.list_topics(remote, timeout=REQUEST_TIMEOUT_S).topics.get(remote)
+            known = metadata is not None and metadata.error is None and partition in metadata.partitions
+            (ready if known else waiting).append((topic, partition))
+        with self.pending_lock:
+            self.pending[:0] = waiting
+        if ready:
+            self.source_consumer.incremental_assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in ready])
+            self.assigned.update(dict.fromkeys(ready))
+            log.info("%s: copying %s", self.name, ", ".join(f"{t}-{p}" for t, p in ready))
+
+    def _start_offset(self, topic: str, partition: int) -> int:
+        last = self.flow.progress.get((topic, partition))
+        return OFFSET_BEGINNING if last is None else last + 1
+
+    # ---- copying -----------------------------------------------------------------------------
+
+    def _copy_one_poll(self) -> None:
+        if not self.assigned:
+            self.stopping.wait(POLL_TIMEOUT_S)
+            return
+        messages = self.source_consumer.consume(POLL_RECORDS_MAX, POLL_TIMEOUT_S)
+        records = []
+        for message in messages:
+            if message.error() is None:
+                records.append(message)
+            elif message.error().code() != KafkaError._PARTITION_EOF:
+                log.warning("%s: reading %s-%s: %s", self.name, message.topic(), message.partition(),
+                            message.error().str())
+        if not records:
+            return
+        if self.config.exactly_once and self.batch.produced == 0:
+            self.data_producer.begin_transaction()
+        for message in records:
+            self._produce_copy(message)
+        self.data_producer.poll(0)
+
+    def _produce_copy(self, message) -> None:
+        source_tp = (message.topic(), message.partition())
+        upstream = message.offset()
+        batch = self.batch
+
+        def delivered(error, copy) -> None:
+            if error is not None:
+                batch.failure = batch.failure or error
+            else:
+                batch.delivered.append((*source_tp, upstream, copy.offset()))
+
+        timestamp_type, timestamp_ms = message.timestamp()
+        while True:
+            try:
+                self.data_producer.produce(
+                    self.flow.policy.format_remote_topic(self.config.source, message.topic()), message.value(),
+                    message.key(), partition=message.partition(), headers=message.headers(),
+                    timestamp=0 if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp_ms, on_delivery=delivered)
+                break
+            except BufferError:  # librdkafka's queue is full: let deliveries drain
+                self.data_producer.poll(0.1)
+        batch.last_consumed[source_tp] = upstream
+        batch.produced += 1
+
+    def _commit(self) -> None:
+        """Make the batch's copies and the progress after them durable, then send offset syncs."""
+        c, batch = self.config, self.batch
+        if batch.produced == 0:
+            return
+        progress = [(c.offsets_topic, progress_key(c.source, topic, partition), progress_value(last))
+                    for (topic, partition), last in sorted(batch.last_consumed.items())]
+        if c.exactly_once:
+            for topic, key, value in progress:
+                self.data_producer.produce(topic, value, key)
+            try:
+                self.data_producer.commit_transaction(FLUSH_TIMEOUT_S)
+            except KafkaException as exception:
+                self._transaction_failed(exception.args[0])
+        elif c.bug_commit_before_ack:
+            # kspec.bug.mirror.commit.before.ack: the progress is written and acknowledged while
+            # the copies may still wait in the producer (linger.ms): a kill -9 now loses them.
+            for topic, key, value in progress:
+                self.flow.target_producer.produce(topic, value, key, on_delivery=self._progress_delivered)
+            self.flow.target_producer.flush(FLUSH_TIMEOUT_S)
+        else:
+            self._flush_or_rewind()
+            for topic, key, value in progress:
+                self.data_producer.produce(topic, value, key, on_delivery=self._progress_delivered)
+            self._flush_or_rewind()
+        if batch.failure is not None:
+            raise Rewind(f"a copy was refused: {batch.failure.str()}")
+        self.flow.progress.update(batch.last_consumed)
+        self.copied_total += batch.produced
+        self.batch = Batch()
+        self._offset_syncs(batch)
+
+    def _progress_delivered(self, error, _message) -> None:
+        if error is not None:
+            self.batch.failure = self.batch.failure or error
+
+    def _flush_or_rewind(self) -> None:
+        if self.data_producer.flush(FLUSH_TIMEOUT_S) > 0:
+            raise Rewind(f"the target did not acknowledge within {FLUSH_TIMEOUT_S:.0f} s")
+
+    def _transaction_failed(self, error: KafkaError) -> None:
+        if error.fatal():
+            raise MirrorError(f"{self.name}: the transactional producer {self.config.transactional_id(self.index)} "
+                              f"cannot go on ({error.str()}); another mirror of this flow may have fenced it")
+        if error.txn_requires_abort():
+            self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
+        raise Rewind(f"the transaction failed: {error.str()}")
+
+    def _rewind(self) -> None:
+        """Forget the uncommitted batch and read every partition again after its stored progress."""
+        if self.config.exactly_once and self.batch.produced:
+            try:
+                self.data_producer.abort_transaction(REQUEST_TIMEOUT_S)
+            except KafkaException:
+                pass  # no transaction was open any more
+        self.data_producer.flush(FLUSH_TIMEOUT_S)
+        self.batch = Batch()
+        self.source_consumer.assign([TopicPartition(t, p, self._start_offset(t, p)) for t, p in self.assigned])
+
+    def _offset_syncs(self, batch: Batch) -> None:
+        c = self.config
+        if not c.emit_offset_syncs:
+            return
+        syncs = [s for d in sorted(batch.delivered, key=lambda d: (d[0], d[1], d[2]))
+                 if (s := self.writer.copied(*d)) is not None]
+        for sync in syncs + self.writer.deferred():
+            self.flow.source_producer.produce(c.offset_syncs_topic, sync.value(), sync.key(), partition=0)
+            with self.flow.store_lock:
+                self.flow.store.add(sync)
+        self.flow.source_producer.poll(0)
+
+    def _commit_due(self) -> bool:
+        """At least once: every offset.flush.interval.ms. Exactly once: after every poll, or
+        every transaction.boundary.interval.ms with transaction.boundary=interval (KIP-618)."""
+        c = self.config
+        if c.exactly_once and c.transaction_boundary == "poll":
+            return True
+        interval_ms = c.transaction_boundary_interval_ms if c.exactly_once else c.offset_flush_interval_ms
+        now_s = time.monotonic()
+        if now_s < self.commit_due_s:
+            return False
+        self.commit_due_s = now_s + interval_ms / 1000
+        return True
+
+    def _close(self) -> None:
+        """A clean stop: commit what was copied, then leave the source cluster."""
+        try:
+            if self.batch.produced:
+                self._commit()
+        except (Rewind, KafkaException) as error:
+            log.warning("%s: the last batch was not committed (%s); it is copied again at the next start",
+                        self.name, error)
+        self.source_consumer.close()

@@ -1,10 +1,16 @@
-"""Check a mirror's history (mirror/history.py: both clusters' records) with Spark: MIR-1 and MIR-2.
+"""Check a mirror's history (mirror/history.py: both clusters' records) with Spark: MIR-1, MIR-2 and,
+when a fault run recorded a source group and its checkpoints, MIR-3.
 
 - mirror-lost (MIR-1): a source record with no copy in its remote partition.
 - mirror-reorder (MIR-1): the first copies in a remote partition are not in source order: a
   record's first copy lies before the first copy of a record before it in the source.
 - mirror-duplicate (MIR-2): a source record copied more than once; a violation only when the
   flow ran exactly once (at least once, duplicates are allowed and reported for the record).
+- mirror-checkpoint-skips (MIR-3): a checkpoint translated the group's source offset u into
+  target offset d, yet a source record the group had not consumed (offset >= u, and beyond
+  what the group's recorded polls reached) has every copy below d: the group failing over to
+  the target at d would never read it. Copies below d of records it had consumed are fine
+  (re-reads), as is a record with no copy at all (that is mirror-lost).
 
 One row per (anomaly, topic, partition), listing up to EVIDENCE_VALUES_MAX values and their
 source offsets. `kspec check FOLDER` runs this when FOLDER holds mirror.json, and writes
@@ -21,16 +27,18 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from mirror.history import MIRROR_FILE, SOURCE_FILE, TARGET_FILE
+from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, MIRROR_FILE, SOURCE_FILE, TARGET_FILE
 from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
 
 EVIDENCE_VALUES_MAX = 1024
-GUARANTEES = ("MIR-1", "MIR-2")
+GUARANTEES = ("MIR-1", "MIR-2", "MIR-3")
 # Kept apart from anomalies.ANOMALY_KINDS: a client history's verdict must not list MIR-* as held.
 MIRROR_KINDS = {k.name: k for k in (
     AnomalyKind("mirror-lost", "MIR-1", "a source record has no copy in its remote partition"),
     AnomalyKind("mirror-reorder", "MIR-1", "a record's first copy lies before the first copy of an earlier record"),
     AnomalyKind("mirror-duplicate", "MIR-2", "a source record was copied more than once"),
+    AnomalyKind("mirror-checkpoint-skips", "MIR-3",
+                "a checkpoint's translated offset lies past every copy of a record the group had not consumed"),
 )}
 
 
@@ -44,7 +52,8 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
     source = spark.read.parquet(str(history / SOURCE_FILE))
     target = spark.read.parquet(str(history / TARGET_FILE))
     copies = (target.groupBy(F.col("source_topic").alias("topic"), "partition", "value")
-              .agg(F.min("offset").alias("first_copy"), F.count("*").alias("copies")))
+              .agg(F.min("offset").alias("first_copy"), F.max("offset").alias("last_copy"),
+                   F.count("*").alias("copies")))
     earlier = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
     joined = (source.join(copies, ["topic", "partition", "value"], "left")
               .withColumn("latest_earlier_copy", F.max("first_copy").over(earlier)))
@@ -52,7 +61,12 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
         F.when(F.col("first_copy").isNull(), F.lit("mirror-lost")),
         F.when(F.col("first_copy") < F.col("latest_earlier_copy"), F.lit("mirror-reorder")),
         F.when(F.col("copies") > 1, F.lit("mirror-duplicate"))))
-    found = (joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
+    flagged = joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
+    checkpoints_checked = (history / CHECKPOINTS_FILE).exists() and pq.ParquetFile(
+        history / CHECKPOINTS_FILE).metadata.num_rows > 0  # no checkpoint: MIR-3 not checked
+    if checkpoints_checked:
+        flagged = flagged.unionByName(_checkpoint_skips(spark, history, target, joined))
+    found = (flagged
              .groupBy("anomaly", "topic", "partition")
              .agg(F.count("*").alias("n"),
                   F.slice(F.sort_array(F.collect_list(F.struct("offset", "value"))), 1,
@@ -66,16 +80,43 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
             for r in found]
     anomalies = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     violated = {row["guarantee"] for row in rows if row["violation"]}
-    checked = GUARANTEES if flow["exactly_once"] else ("MIR-1",)
+    checked = ("MIR-1", *(("MIR-2",) if flow["exactly_once"] else ()), *(("MIR-3",) if checkpoints_checked else ()))
     verdict = {
         "valid": not violated, "flow": f"{flow['source']}->{flow['target']}",
         "records": {name: pq.ParquetFile(history / file).metadata.num_rows
-                    for name, file in (("source", SOURCE_FILE), ("target", TARGET_FILE))},
+                    for name, file in (("source", SOURCE_FILE), ("target", TARGET_FILE),
+                                       ("checkpoints", CHECKPOINTS_FILE)) if (history / file).exists()},
         "anomalies": {a: sum(1 for r in rows if r["anomaly"] == a) for a in MIRROR_KINDS},
         "guarantees": {g: {"status": "violated" if g in violated else "held" if g in checked else "not checked"}
                        for g in GUARANTEES},
     }
     return anomalies, verdict
+
+
+def _checkpoint_skips(spark: SparkSession, history: Path, target, records):
+    """MIR-3's finding rows (topic, partition, offset, value, anomaly): each source record some
+    checkpoint skips. A group's bound is the checkpoint's upstream offset, lowered to one past
+    the last offset the group's recorded polls read (when they were recorded)."""
+    remote = target.select(F.col("topic").alias("remote"), "source_topic").distinct()
+    checkpoints = (spark.read.parquet(str(history / CHECKPOINTS_FILE))
+                   .join(remote, F.col("topic") == F.col("remote"))
+                   .select(F.col("source_topic").alias("cp_topic"), F.col("partition").alias("cp_partition"),
+                           "group", "upstream", "downstream"))
+    if (history / GROUP_FILE).exists():
+        consumed = (spark.read.parquet(str(history / GROUP_FILE)).where(F.col("kind") == "poll")
+                    .groupBy(F.col("topic").alias("cp_topic"), F.col("partition").alias("cp_partition"))
+                    .agg((F.max("offset") + 1).alias("consumed_end")))
+        checkpoints = checkpoints.join(consumed, ["cp_topic", "cp_partition"], "left")
+        bound = F.least(F.col("upstream"), F.coalesce(F.col("consumed_end"), F.lit(0)))
+    else:
+        bound = F.col("upstream")
+    checkpoints = checkpoints.withColumn("bound", bound)
+    copied = records.where(F.col("last_copy").isNotNull())
+    skipped = copied.join(checkpoints, (F.col("topic") == F.col("cp_topic"))
+                          & (F.col("partition") == F.col("cp_partition"))
+                          & (F.col("offset") >= F.col("bound")) & (F.col("last_copy") < F.col("downstream")))
+    return (skipped.select("topic", "partition", "offset", "value").distinct()
+            .withColumn("anomaly", F.lit("mirror-checkpoint-skips")))
 
 
 def check_mirror_history(history: Path, spark: SparkSession, out_dir: Path, json_path: Path | None) -> int:
