@@ -60,8 +60,8 @@ def main() -> None:
     app = Application(
         broker_address=args.bootstrap, consumer_group=APP_GROUP, auto_offset_reset="earliest",
         processing_guarantee="exactly-once", state_dir=args.state_dir, commit_interval=COMMIT_INTERVAL_S,
-        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "message.timeout.ms": MESSAGE_TIMEOUT_MS,
-                               "transactional.id": MEMBER_ID},
+        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                               "message.timeout.ms": MESSAGE_TIMEOUT_MS, "transactional.id": MEMBER_ID},
         consumer_extra_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
                                "group.instance.id": MEMBER_ID},
         on_message_processed=on_message_processed, loglevel="INFO")

@@ -379,7 +379,8 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
         if transactional_id is None:
             return None
         self.now_ms = now_ms
-        wanted = [(topic_partition, batch) for topic_partition, batch, transactions in self._transactional_writes(request)
+        wanted = [(topic_partition, batch)
+                  for topic_partition, batch, transactions in self._transactional_writes(request)
                   if transactions.needs_verification(batch.producer_id)]
         if not wanted or self.serve(transactional_id, now_ms) != ErrorCode.NOT_COORDINATOR:
             return None
@@ -387,36 +388,41 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
 
     def hold_late_produce(self, request, now_ms: int) -> Awaitable | None:
         """With kspec.bug.late.produce.joins.next.transaction only: now and then (at most once every
-        LATE_PRODUCE_INTERVAL_MS) a producer's first write to a partition here, in its transaction,
-        arrives late. It is held until the producer's next marker lands on the partition, as a
-        Produce delayed in the network or in the request queue past the client's timeouts lands
-        after the coordinator's WriteTxnMarkers (KIP-890's motivating case): the client gave up on
-        it and aborted. Without KIP-890 verification it then opens a transaction that the
-        producer's next one, in a later epoch, commits or aborts with its own records; with
-        verification it would be refused."""
+        LATE_PRODUCE_INTERVAL_MS) a producer's first write to a partition here, sent in its
+        transaction, arrives late. It is held until the producer's next marker lands on the
+        partition, as a Produce delayed in the network or in the request queue past the client's
+        timeouts lands after the coordinator's WriteTxnMarkers (KIP-890's motivating case): the
+        client gave up on it and aborted. Without KIP-890 verification it then opens a
+        transaction that the producer's next one, in a later epoch, commits or aborts with its own
+        records; with verification it would be refused."""
         if (not self.bugs.late_produce_joins_next_transaction or request.transactional_id is None or self._held
                 or now_ms < self._late_produce_after_ms):
             return None
         for topic_partition, batch, transactions in self._transactional_writes(request):
             if batch.producer_id not in transactions.ongoing:
-                self._late_produce_after_ms = now_ms + LATE_PRODUCE_HOLD_MAX_MS + LATE_PRODUCE_INTERVAL_MS
-                return self._hold((topic_partition, batch.producer_id))
+                return self._hold(request.transactional_id, topic_partition, batch, now_ms)
         return None
 
-    async def _hold(self, key: tuple[TopicPartition, int]) -> None:
-        topic_partition, producer_id = key
-        log.info("kspec.bug.late.produce.joins.next.transaction: holding the first write of producer %d to %s-%d "
-                 "until its next marker there", producer_id, topic_partition.topic, topic_partition.partition)
+    async def _hold(self, transactional_id: str, topic_partition: TopicPartition, batch: RecordBatch,
+                    now_ms: int) -> None:
+        key = (topic_partition, batch.producer_id)
         marker_landed = self._held[key] = asyncio.Event()
-        try:
-            await asyncio.wait_for(marker_landed.wait(), LATE_PRODUCE_HOLD_MAX_MS / 1000)
-        except asyncio.TimeoutError:
-            pass
+        try:  # only a write of the transaction it was sent in (not one to a partition never added to it)
+            if await self.verify(transactional_id, batch.producer_id, batch.producer_epoch,
+                                 topic_partition) != ErrorCode.NONE:
+                return
+            self._late_produce_after_ms = now_ms + LATE_PRODUCE_HOLD_MAX_MS + LATE_PRODUCE_INTERVAL_MS
+            where = f"{topic_partition.topic}-{topic_partition.partition}"
+            log.info("kspec.bug.late.produce.joins.next.transaction: holding the first write of producer %d to %s "
+                     "until its next marker there", batch.producer_id, where)
+            try:
+                await asyncio.wait_for(marker_landed.wait(), LATE_PRODUCE_HOLD_MAX_MS / 1000)
+            except asyncio.TimeoutError:
+                pass
+            log.info("kspec.bug.late.produce.joins.next.transaction: the held write of producer %d to %s comes in %s",
+                     batch.producer_id, where, "after its marker" if marker_landed.is_set() else "unmarked")
         finally:
             del self._held[key]
-        log.info("kspec.bug.late.produce.joins.next.transaction: the held write of producer %d to %s-%d comes in %s",
-                 producer_id, topic_partition.topic, topic_partition.partition,
-                 "after its marker" if marker_landed.is_set() else "unmarked")
 
     def _transactional_writes(self, request) -> Iterator[tuple[TopicPartition, RecordBatch, PartitionTransactions]]:
         """(partition, batch, its PartitionTransactions) of each transactional batch of a Produce
