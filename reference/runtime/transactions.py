@@ -74,7 +74,7 @@ MARKER_RETRY_BACKOFF_MS = 100  # between rounds of markers to partitions that di
 # the network or a busy request queue delays one now and then. At most once every
 # LATE_PRODUCE_INTERVAL_MS a node holds a producer's first write to a partition it leads until that
 # producer's next marker lands on the partition (or LATE_PRODUCE_HOLD_MAX_MS passed), then handles it.
-LATE_PRODUCE_INTERVAL_MS = 10_000
+LATE_PRODUCE_INTERVAL_MS = 20_000
 LATE_PRODUCE_HOLD_MAX_MS = 60_000
 # What a producer is told when its partition's leader could not verify with the coordinator:
 # a retriable error, as Kafka's AddPartitionsToTxnManager maps them (KIP-890).
