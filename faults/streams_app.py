@@ -26,7 +26,11 @@ import struct
 APP_GROUP = "kspec-eos-counter"      # the consumer group, and part of the changelog topics' names
 OUTPUT_TOPIC = "eos-output"
 COMMIT_INTERVAL_S = 0.5              # a checkpoint (one transaction) every half second
-TRANSACTION_TIMEOUT_MS = 10_000      # the longest a transaction of a process that died stays open
+TRANSACTION_TIMEOUT_MS = 20_000      # the longest a transaction of a process that died stays open
+# How long a record may wait for its Produce to be acknowledged (librdkafka would take the transaction
+# timeout): below the transaction timeout, so a process that gives up on a write aborts its transaction
+# itself (EndTxn) before its coordinator would abort it and fence the producer.
+MESSAGE_TIMEOUT_MS = 10_000
 SESSION_TIMEOUT_MS = 6_000           # how long a killed process stays in the group (librdkafka's default: 45 s)
 # One application member, restarted after each kill: a stable transactional.id (Quix Streams draws a
 # random one) lets the next process fence its predecessor and abort its open transaction at once
@@ -56,7 +60,8 @@ def main() -> None:
     app = Application(
         broker_address=args.bootstrap, consumer_group=APP_GROUP, auto_offset_reset="earliest",
         processing_guarantee="exactly-once", state_dir=args.state_dir, commit_interval=COMMIT_INTERVAL_S,
-        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "transactional.id": MEMBER_ID},
+        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                               "message.timeout.ms": MESSAGE_TIMEOUT_MS, "transactional.id": MEMBER_ID},
         consumer_extra_config={"session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
                                "group.instance.id": MEMBER_ID},
         on_message_processed=on_message_processed, loglevel="INFO")

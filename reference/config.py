@@ -97,7 +97,9 @@ class BrokerConfig:
     transaction_state_log_replication_factor: int = 3  # capped by the brokers alive when the topic is created
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
-    # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default.
+    # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default;
+    # the late-produce one also makes leaders hold a transactional write now and then until after its
+    # transaction ended (a delayed Produce), so that real clients meet it (reference/transaction/README.md).
     kspec_bug_serve_aborted_to_read_committed: bool = False
     kspec_bug_late_produce_joins_next_transaction: bool = False
     # Cluster mode (reference/node/cluster.py): set controller.quorum.voters to run this node in

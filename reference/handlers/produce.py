@@ -34,6 +34,9 @@ NO_TIMESTAMP = -1
 
 async def handle_produce(broker: BrokerNode, request, context: RequestContext) -> dict | None:
     transactions = context.services.transactions
+    holding = transactions.hold_late_produce(request, context.now_ms)  # a late-produce switch only
+    if holding is not None:
+        await holding
     verifying = transactions.verify_produce(request, context.now_ms)  # KIP-890, coordinator elsewhere
     if verifying is not None:
         await verifying

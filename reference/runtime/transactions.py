@@ -36,8 +36,9 @@ verification batch.
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
-from typing import Awaitable
+from typing import Awaitable, Iterator
 
 from reference.coordinator.records import (
     CONSUMER_OFFSETS_TOPIC, OffsetAndMetadata, OffsetCommitKey, encode_key, encode_offset_value,
@@ -61,12 +62,20 @@ from reference.transaction.coordinator import (
 from reference.transaction.partition import AbortedTxn, PartitionTransactions, TransactionBugs, VerificationGuard
 from reference.transaction.records import TRANSACTION_STATE_TOPIC, decode_key
 
+log = logging.getLogger("kspec.transactions")
+
 VERIFY_ONLY_BATCH_VERSION = 4  # AddPartitionsToTxn v4+: batches of transactions, sent by brokers (KIP-890)
 WRITE_TXN_MARKERS_VERSION = 1
 TRANSACTION_STATE_SEGMENT_BYTES = 100 * 1024 * 1024  # transaction.state.log.segment.bytes
 STATE_WRITE_TIMEOUT_MS = 5000  # how long a state write waits for the ISR (Kafka: request.timeout.ms)
 MARKER_WRITE_TIMEOUT_MS = 3000  # how long a marker waits for the ISR; below the peers' request timeout
 MARKER_RETRY_BACKOFF_MS = 100  # between rounds of markers to partitions that did not take theirs yet
+# kspec.bug.late.produce.joins.next.transaction (TransactionBugs): a late transactional write, as
+# the network or a busy request queue delays one now and then. At most once every
+# LATE_PRODUCE_INTERVAL_MS a node holds a producer's first write to a partition it leads until that
+# producer's next marker lands on the partition (or LATE_PRODUCE_HOLD_MAX_MS passed), then handles it.
+LATE_PRODUCE_INTERVAL_MS = 20_000
+LATE_PRODUCE_HOLD_MAX_MS = 60_000
 # What a producer is told when its partition's leader could not verify with the coordinator:
 # a retriable error, as Kafka's AddPartitionsToTxnManager maps them (KIP-890).
 VERIFICATION_RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -100,6 +109,8 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
         self._partitions: weakref.WeakKeyDictionary[Log, tuple[int, PartitionTransactions]] = \
             weakref.WeakKeyDictionary()
         self._tasks: set[asyncio.Task] = set()
+        self._late_produce_after_ms = now_ms + LATE_PRODUCE_INTERVAL_MS  # the next late write, not before
+        self._held: dict[tuple[TopicPartition, int], asyncio.Event] = {}  # a held late write, set by its marker
 
     # -- coordinator: leadership of __transaction_state ----------------------------------
 
@@ -274,6 +285,9 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
                 info = self.broker.append(topic_partition, marker, now_ms, acks=ACKS_ALL,
                                           origin=AppendOrigin.COORDINATOR)
                 transactions.on_append(RecordBatch(marker), info.first_offset)
+                if (held := self._held.get((topic_partition, producer_id))) is not None:
+                    held.set()  # the late write comes in now, after the marker
+                    self._late_produce_after_ms = now_ms + LATE_PRODUCE_INTERVAL_MS
                 if committed and first_offset is not None and topic_partition.topic == CONSUMER_OFFSETS_TOPIC:
                     self._commit_offsets(topic_partition, producer_id, first_offset, info.first_offset, now_ms)
                 required[key] = appended(self.broker, topic_partition, info)
@@ -365,22 +379,66 @@ class TransactionCoordinatorRuntime(PartitionLeadershipRuntime):
         if transactional_id is None:
             return None
         self.now_ms = now_ms
-        wanted = []
+        wanted = [(topic_partition, batch)
+                  for topic_partition, batch, transactions in self._transactional_writes(request)
+                  if transactions.needs_verification(batch.producer_id)]
+        if not wanted or self.serve(transactional_id, now_ms) != ErrorCode.NOT_COORDINATOR:
+            return None
+        return self._verify_remotely(transactional_id, wanted)
+
+    def hold_late_produce(self, request, now_ms: int) -> Awaitable | None:
+        """With kspec.bug.late.produce.joins.next.transaction only: now and then (at most once every
+        LATE_PRODUCE_INTERVAL_MS) a producer's first write to a partition here, sent in its
+        transaction, arrives late. It is held until the producer's next marker lands on the
+        partition, as a Produce delayed in the network or in the request queue past the client's
+        timeouts lands after the coordinator's WriteTxnMarkers (KIP-890's motivating case): the
+        client gave up on it and aborted. Without KIP-890 verification it then opens a
+        transaction that the producer's next one, in a later epoch, commits or aborts with its own
+        records; with verification it would be refused."""
+        if (not self.bugs.late_produce_joins_next_transaction or request.transactional_id is None or self._held
+                or now_ms < self._late_produce_after_ms):
+            return None
+        for topic_partition, batch, transactions in self._transactional_writes(request):
+            if batch.producer_id not in transactions.ongoing:
+                return self._hold(request.transactional_id, topic_partition, batch, now_ms)
+        return None
+
+    async def _hold(self, transactional_id: str, topic_partition: TopicPartition, batch: RecordBatch,
+                    now_ms: int) -> None:
+        key = (topic_partition, batch.producer_id)
+        marker_landed = self._held[key] = asyncio.Event()
+        try:  # only a write of the transaction it was sent in (not one to a partition never added to it)
+            if await self.verify(transactional_id, batch.producer_id, batch.producer_epoch,
+                                 topic_partition) != ErrorCode.NONE:
+                return
+            self._late_produce_after_ms = now_ms + LATE_PRODUCE_HOLD_MAX_MS + LATE_PRODUCE_INTERVAL_MS
+            where = f"{topic_partition.topic}-{topic_partition.partition}"
+            log.info("kspec.bug.late.produce.joins.next.transaction: holding the first write of producer %d to %s "
+                     "until its next marker there", batch.producer_id, where)
+            try:
+                await asyncio.wait_for(marker_landed.wait(), LATE_PRODUCE_HOLD_MAX_MS / 1000)
+            except asyncio.TimeoutError:
+                pass
+            log.info("kspec.bug.late.produce.joins.next.transaction: the held write of producer %d to %s comes in %s",
+                     batch.producer_id, where, "after its marker" if marker_landed.is_set() else "unmarked")
+        finally:
+            del self._held[key]
+
+    def _transactional_writes(self, request) -> Iterator[tuple[TopicPartition, RecordBatch, PartitionTransactions]]:
+        """(partition, batch, its PartitionTransactions) of each transactional batch of a Produce
+        request for a partition this node leads."""
         for topic_data in request.topic_data:
             name = topic_data.get("name") or self.broker.image.topics_by_id.get(topic_data.get("topic_id"))
             for partition_data in topic_data.partition_data:
                 batch = _single_batch(partition_data.records)
-                topic_partition = TopicPartition(name, partition_data.index)
                 if batch is None or not batch.is_transactional or name is None:
                     continue
+                topic_partition = TopicPartition(name, partition_data.index)
                 try:
-                    if self.partition_transactions(topic_partition).needs_verification(batch.producer_id):
-                        wanted.append((topic_partition, batch))
+                    transactions = self.partition_transactions(topic_partition)
                 except KafkaError:
                     continue  # not the leader: the append says so
-        if not wanted or self.serve(transactional_id, now_ms) != ErrorCode.NOT_COORDINATOR:
-            return None
-        return self._verify_remotely(transactional_id, wanted)
+                yield topic_partition, batch, transactions
 
     async def _verify_remotely(self, transactional_id: str, wanted: list[tuple[TopicPartition, RecordBatch]]) -> None:
         for topic_partition, batch in wanted:

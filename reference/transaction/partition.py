@@ -34,7 +34,17 @@ from reference.protocol.records import CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT, 
 
 @dataclass(frozen=True)
 class TransactionBugs:
-    """Historical transaction bugs, re-created on request; the defaults are today's Kafka."""
+    """Historical transaction bugs, re-created on request; the defaults are today's Kafka.
+
+    late_produce_joins_next_transaction is Kafka before KIP-890 part 1 (3.6): a Produce delayed
+    in the network or a broker's request queue, that its client gave up on (librdkafka aborts the
+    transaction and bumps its epoch after a message timeout), reaches the leader after the
+    transaction's ABORT marker; nothing ties it to the transaction it was sent in, so, epoch-valid
+    and in sequence, it opens a transaction on the partition that the producer's next transaction
+    commits (or aborts) with its own records: a write of an aborted transaction read as committed,
+    an input counted twice by a consume-transform-produce application. A client never sends such
+    a write after its transaction ended, so with the switch on the node's runtime also re-creates
+    the delay, now and then (reference/runtime/transactions.py hold_late_produce)."""
 
     serve_aborted_to_read_committed: bool = False  # Fetch omits the aborted transactions (aborted reads)
     late_produce_joins_next_transaction: bool = False  # no KIP-890 verification: any epoch-valid write opens a transaction

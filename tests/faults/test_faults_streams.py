@@ -1,12 +1,7 @@
 """A real Quix Streams exactly-once application under faults (`--workload quixstreams`):
 EOS-1 and EOS-2 hold on the reference cluster while partition leaders and the application
 itself are killed, and the checker finds EOS-1 violated when the broker serves aborted
-records to read_committed consumers.
-
-The other transaction switch, kspec.bug.late.produce.joins.next.transaction (no KIP-890
-verification), is not exercised here: it needs a Produce that reaches the leader after its
-producer ended the transaction, and librdkafka, under Quix Streams, waits for every Produce
-in flight before EndTxn and bumps its epoch when it gives one up (faults/README.md)."""
+records to read_committed consumers, or lets a late write join the next transaction."""
 from __future__ import annotations
 
 import json
@@ -93,6 +88,32 @@ def test_a_broker_serving_aborted_records_to_read_committed_breaks_exactly_once(
     assert duplicate["guarantee"] == "EOS-1" and len(duplicate["offsets"]) == 2  # the input's two outputs
     page = render_run(out_dir).read_text()  # the report's guarantee table and the evidence
     assert '<th class="violated">EOS-1</th>' in page and '<h3 id="eos-duplicate">' in page
+
+
+@pytest.mark.soak  # 170-200 s: a 30 s run, the application's catch-up (it may not finish) and a Spark check
+@pytest.mark.timeout(600)
+def test_a_late_write_joining_the_next_transaction_breaks_exactly_once(
+        namespaces_available, streams_python, tmp_path):
+    """With kspec.bug.late.produce.joins.next.transaction a leader now and then holds the
+    application's first write to a partition until its transaction's marker (a Produce delayed
+    past the client's timeouts): librdkafka gives up on it, the transaction is aborted, the
+    process exits and its successor counts the inputs again; the late write, taken without
+    KIP-890 verification, opens a transaction that the successor's next one commits, so an
+    input's output is committed twice: EOS-1 is violated. The harness still kills the
+    application; the partition leaders are not killed, the late writes are the fault here."""
+    out_dir = tmp_path / "streams-run"
+    result = run(RunOptions(nodes=3, nemeses=(), time_limit_s=30, interval_s=4, quiet_s=1, network="netns",
+                            seed=SEED_WITH_EARLY_APP_KILLS, workload=STREAMS, workload_name="quixstreams",
+                            broker_properties={"kspec.bug.late.produce.joins.next.transaction": "true"}), out_dir)
+    assert not result.workload_failures and brokers_of(out_dir) == []
+    held = [line for node_log in out_dir.glob("node-*.log") for line in node_log.read_text().splitlines()
+            if "the held write of producer" in line and "after its marker" in line]
+    assert held, "no leader held a write until after its transaction's marker"
+    checked = CliRunner().invoke(check, [str(out_dir), "--master", "local[2]"])  # `kspec check RUN`
+    assert checked.exit_code == 1, checked.output
+    verdict = json.loads((out_dir / "check" / "verdict.json").read_text())
+    assert verdict["guarantees"]["EOS-1"]["status"] == "violated", verdict["guarantees"]
+    assert verdict["violations"]["eos-duplicate"] > 0, verdict["violations"]
 
 
 def _empty_anomalies():
