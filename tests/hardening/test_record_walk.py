@@ -59,14 +59,14 @@ def encoded(generated) -> list[bytes]:
             for index, (key, value, delta, headers) in enumerate(generated)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records, rules)
 def test_the_c_walk_agrees_on_batches_as_producers_write_them(generated, batch_rules):
     raw = batch(encoded(generated), base_timestamp_ms=NOW_MS)
     assert c_walk_says_clean(raw, batch_rules) == python_walk_accepts(raw, batch_rules)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records, rules, st.data())
 def test_what_the_c_walk_calls_clean_the_python_walk_accepts(generated, batch_rules, data):
     body = bytearray(b"".join(encoded(generated)))
