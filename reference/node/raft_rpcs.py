@@ -4,8 +4,10 @@ KRaft's RPCs are request/response, as every Kafka RPC is: a Vote request's answe
 VoteResponse, a Fetch of `__cluster_metadata` is answered by the FetchResponse (held by the
 leader up to its MaxWaitMs while it has nothing new). The core knows nothing of that pairing:
 it takes messages in and puts messages in its outbox. This module is the translation, both
-ways, and nothing else; the shell (reference/server/raft_driver.py) pairs an answer in the
-outbox with the request it answers.
+ways, with the checks KafkaRaftClient makes of a request before its core sees it
+(`request_error`: a leader or candidate that is no voter, offsets and epochs that cannot be);
+the shell (reference/server/raft_driver.py) pairs an answer in the outbox with the request it
+answers.
 
     core message                      Kafka RPC
     VoteRequest / VoteResponse        Vote (52) v2: PreVote (KIP-996) says which kind
