@@ -259,14 +259,14 @@ def main() -> int:
         finally:
             if broker.running:
                 broker.kill()
+        crashes, hangs, handler_errors, corruption, exit_code, sent, handled, elapsed_s, acked = summary
+        for problem in corruption:
+            print("LOG CORRUPTION:", problem)
+        print(f"single node: frames {sent} sent, {handled} handled by the broker (answered, or closing the "
+              f"connection), in {elapsed_s:.0f} s ({sent / elapsed_s:.0f}/s), seed {args.seed}: crashes {crashes}, "
+              f"hangs {hangs}, internal errors {handler_errors}, log corruption {len(corruption)} "
+              f"({len(acked)} acknowledged batches checked), clean stop exit {exit_code}", flush=True)
         cluster_summary = fuzz_cluster(f"{tmp}/cluster", rng, args.cluster_frames, args.seed)
-    crashes, hangs, handler_errors, corruption, exit_code, sent, handled, elapsed_s, acked = summary
-    for problem in corruption:
-        print("LOG CORRUPTION:", problem)
-    print(f"single node: frames {sent} sent, {handled} handled by the broker (answered, or closing the connection), "
-          f"in {elapsed_s:.0f} s ({sent / elapsed_s:.0f}/s), seed {args.seed}: crashes {crashes}, "
-          f"hangs {hangs}, internal errors {handler_errors}, log corruption {len(corruption)} "
-          f"({len(acked)} acknowledged batches checked), clean stop exit {exit_code}")
     c_crashes, c_hangs, c_errors, c_corruption, unserved, c_sent, c_handled, c_elapsed_s = cluster_summary
     for problem in c_corruption:
         print("LOG CORRUPTION (cluster):", problem)
