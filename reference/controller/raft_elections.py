@@ -9,6 +9,7 @@ leader_id, the timers) and put messages in its outbox, like the rest of the core
 from __future__ import annotations
 
 from reference.controller.raft_messages import (
+    EPOCH_MAX,
     LEADER_CHANGE,
     NO_DEADLINE_MS,
     NO_LEADER,
@@ -46,9 +47,14 @@ class Elections:
 
     def _become_prospective(self, now_ms: int) -> None:
         """Ask for pre-votes first: a node cut off from the quorum cannot win them, so it does not
-        disturb the leader with ever higher epochs when it comes back (KIP-996, Raft thesis §9.6)."""
-        self.role, self._votes = RaftRole.PROSPECTIVE, {self.node_id}
+        disturb the leader with ever higher epochs when it comes back (KIP-996, Raft thesis §9.6).
+        At EPOCH_MAX there is no next epoch to stand in (a peer's Vote or BeginQuorumEpoch can name
+        any int32 epoch, and is obeyed: only CLUSTER_ACTION principals may send them, AUTH-3), so
+        the node waits for a leader of this epoch instead of asking for votes it cannot encode."""
         self._reset_election_timer(now_ms)
+        if self.epoch >= EPOCH_MAX:
+            return
+        self.role, self._votes = RaftRole.PROSPECTIVE, {self.node_id}
         self._request_votes(self.epoch + 1, pre_vote=True)
         self._maybe_win(now_ms)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 NO_LEADER = -1
 NOT_VOTED = -1
+EPOCH_MAX = 2**31 - 1  # an epoch is an int32 on the wire: no election can follow this one
 NO_DEADLINE_MS = 2**62  # next_tick_ms of a single-voter leader: nothing timed can happen
 FETCH_ENTRIES_MAX = 500  # entries per Fetch answer
 NO_WAIT_MS = 0  # the max_wait_ms of a Fetch the leader must answer at once

@@ -180,10 +180,21 @@ class ControllerState:
     def register_broker(self, broker_id: int, incarnation_id: str, host: str, port: int, now_ms: int,
                         listeners: dict[str, list] | None = None) -> list[dict]:
         """BrokerRegistration: a new broker epoch for every new incarnation of the broker; host and
-        port are its first listener's (the one between nodes), `listeners` every listener's."""
+        port are its first listener's (the one between nodes), `listeners` every listener's.
+        Another incarnation of a broker whose session is still valid (unfenced, heard from within
+        broker.session.timeout.ms) is refused with DUPLICATE_BROKER_REGISTRATION, as Kafka's
+        ClusterControlManager does: two processes with one node id must not take turns being it
+        (a restarted broker registers once the old session has ended, by its controlled shutdown
+        or by its timeout)."""
+        if broker_id < 0:
+            raise KafkaError(ErrorCode.INVALID_REGISTRATION, f"broker id {broker_id}")
         old = self.brokers.get(broker_id)
         if old is not None and old.incarnation_id == incarnation_id:
             return []  # a retried registration
+        if (old is not None and not old.fenced
+                and now_ms - self.last_heartbeat_ms.get(broker_id, now_ms) <= self.broker_session_timeout_ms):
+            raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION, f"broker {broker_id} is registered with "
+                             f"incarnation {old.incarnation_id} and its session is valid")
         epoch = 1 + max((b.broker_epoch for b in self.brokers.values()), default=0)
         self.last_heartbeat_ms[broker_id] = now_ms
         records = [{"type": "RegisterBrokerRecord", "broker_id": broker_id, "incarnation_id": incarnation_id,

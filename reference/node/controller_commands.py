@@ -13,7 +13,7 @@ from typing import Protocol
 
 from reference.config import BrokerConfig
 from reference.controller.state import GROUP_RESOURCE, TOPIC_RESOURCE, ControllerState, ElectionType
-from reference.node.base import check_topic_name
+from reference.node.base import PARTITIONS_PER_TOPIC_MAX, check_topic_name
 from reference.node.broker import PRODUCER_ID_BLOCK_SIZE
 from reference.node.metadata import MetadataImage, TopicImage
 from reference.node.quorum import DurableRaftNode
@@ -124,7 +124,7 @@ class ControllerCommands:
         num_partitions = self.node.config.num_partitions if num_partitions == -1 else num_partitions
         if replication_factor == -1:  # default.replication.factor, capped by the brokers alive to hold the replicas
             replication_factor = max(1, min(self.node.config.default_replication_factor, self.node.live_broker_count))
-        if not 1 <= num_partitions:
+        if not 1 <= num_partitions <= PARTITIONS_PER_TOPIC_MAX:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"num_partitions {num_partitions}")
         self.node.log_config(configs)  # validates
         records = self.node.controller.create_topic(name, num_partitions, replication_factor, configs)
@@ -147,6 +147,8 @@ class ControllerCommands:
         if count <= topic.partition_count:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                              f"topic has {topic.partition_count} partitions; the new count must be larger")
+        if count > PARTITIONS_PER_TOPIC_MAX:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"count {count} > {PARTITIONS_PER_TOPIC_MAX}")
         existing = self.node.controller.topics[topic.topic_id].partitions
         replication_factor = len(existing[0].replicas)
         brokers = self.node.controller.unfenced_broker_ids

@@ -4,8 +4,10 @@ KRaft's RPCs are request/response, as every Kafka RPC is: a Vote request's answe
 VoteResponse, a Fetch of `__cluster_metadata` is answered by the FetchResponse (held by the
 leader up to its MaxWaitMs while it has nothing new). The core knows nothing of that pairing:
 it takes messages in and puts messages in its outbox. This module is the translation, both
-ways, and nothing else; the shell (reference/server/raft_driver.py) pairs an answer in the
-outbox with the request it answers.
+ways, with the checks KafkaRaftClient makes of a request before its core sees it
+(`request_error`: a leader or candidate that is no voter, offsets and epochs that cannot be);
+the shell (reference/server/raft_driver.py) pairs an answer in the outbox with the request it
+answers.
 
     core message                      Kafka RPC
     VoteRequest / VoteResponse        Vote (52) v2: PreVote (KIP-996) says which kind
@@ -91,13 +93,48 @@ def is_metadata_fetch(request) -> bool:
     return len(request.topics) == 1 and request.topics[0].get("topic_id") == METADATA_TOPIC_ID
 
 
+def request_error(api_key: int, request, voters: tuple[int, ...]) -> ErrorCode | None:
+    """What KafkaRaftClient refuses before its core sees a request (handleVoteRequest,
+    handleBeginQuorumEpochRequest, handleEndQuorumEpochRequest, handleFetchRequest): another
+    topic or partition than the metadata log's, a Vote whose last offset or epoch cannot be
+    (INVALID_REQUEST), a leader or candidate id below zero (INVALID_REQUEST) or not a voter
+    (INCONSISTENT_VOTER_SET), a Fetch with a negative wait, offset or epoch, or a last fetched
+    epoch past the leader epoch it names (INVALID_REQUEST). None when the core may take it.
+    Epochs below this node's are left to the core, which answers with its own."""
+    if api_key == ApiKey.FETCH:
+        topic, = request.topics  # is_metadata_fetch: one topic, the metadata log's id
+        if [p.partition for p in topic.partitions] != [METADATA_PARTITION]:
+            return ErrorCode.INVALID_REQUEST
+        partition = topic.partitions[0]
+        if (request.max_wait_ms < 0 or partition.fetch_offset < 0 or partition.last_fetched_epoch < 0
+                or partition.last_fetched_epoch > partition.current_leader_epoch):
+            return ErrorCode.INVALID_REQUEST
+        return None
+    if ([t.topic_name for t in request.topics] != [METADATA_TOPIC]
+            or [p.partition_index for p in request.topics[0].partitions] != [METADATA_PARTITION]):
+        return ErrorCode.INVALID_REQUEST
+    partition = _only_partition(request)
+    if api_key == ApiKey.VOTE:
+        if (partition.last_offset < 0 or partition.last_offset_epoch < 0
+                or partition.last_offset_epoch >= partition.replica_epoch):
+            return ErrorCode.INVALID_REQUEST
+        remote_id = partition.replica_id
+    else:
+        remote_id = partition.leader_id
+    if remote_id < 0:
+        return ErrorCode.INVALID_REQUEST
+    return None if remote_id in voters else ErrorCode.INCONSISTENT_VOTER_SET
+
+
 def from_request(api_key: int, request):
-    """A KRaft request as the core's message."""
+    """A KRaft request (one request_error lets through) as the core's message."""
     if api_key == ApiKey.FETCH:
         topic, = request.topics
         partition, = topic.partitions
         high_watermark = partition.get("high_watermark", UNKNOWN_HIGH_WATERMARK)
-        return FetchRequest(request.replica_state.replica_id, partition.current_leader_epoch, partition.fetch_offset,
+        replica_state = request.get("replica_state")  # Fetch v15+ (KIP-903); before, ReplicaId at the top
+        replica_id = request.replica_id if replica_state is None else replica_state.replica_id
+        return FetchRequest(replica_id, partition.current_leader_epoch, partition.fetch_offset,
                             partition.last_fetched_epoch, 0 if high_watermark == UNKNOWN_HIGH_WATERMARK else high_watermark,
                             request.max_wait_ms)
     partition = _only_partition(request)

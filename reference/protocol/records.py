@@ -269,7 +269,7 @@ def rebuild_batch(batch: RecordBatch, records: Sequence[Record], *, delete_horiz
                          base_sequence=batch.base_sequence, partition_leader_epoch=batch.partition_leader_epoch)
 
 
-def recompress(batch: RecordBatch, records_body: bytes, compression: int, level: int | None = None) -> bytearray:
+def recompress(batch: RecordBatch, records_body: bytes | memoryview, compression: int, level: int | None = None) -> bytearray:
     """`batch` with its records (`records_body`, already decompressed) compressed with codec
     `compression` at `level` instead, as Kafka's LogValidator writes a produced batch whose codec
     is not the topic's compression.type. The records are kept byte for byte; the header keeps

@@ -20,7 +20,11 @@ from them without a second decompression (records.recompress). A producer that g
 errors fails exactly those records and may send the others again (KIP-467).
 
 The walk reads each record's varints and skips its key, value and headers without copying
-them; one- and two-byte varints (nearly all lengths and deltas) are decoded inline.
+them; one- and two-byte varints (nearly all lengths and deltas) are decoded inline. Even so it
+costs about 0.6 us a record in Python, 6 CPU-seconds per GB of 100-byte records, three times
+the rest of the produce path; so the same walk in C (_record_walk.c, built by setup.py) runs
+first and answers the common case, "every record is fine", in a few nanoseconds a record. Only
+when it says otherwise (or is not built) does the walk below run, to name what is wrong.
 """
 from __future__ import annotations
 
@@ -41,11 +45,17 @@ from reference.protocol.record_batch import (
 )
 from reference.protocol.records import validate_produce
 
+try:
+    from reference.protocol._record_walk import records_clean
+except ImportError:  # not compiled (no C compiler at install): the Python walk decides alone
+    records_clean = None
+
 _INT32 = struct.Struct(">i")
 RECORD_ERRORS_IN_MESSAGE_MAX = 3  # as Kafka, the error message quotes the first three record errors
 DECOMPRESS_RATIO_GUESS = 8  # the first buffer for lz4 and zstd: this many times the compressed size
 DECOMPRESS_BUFFER_BYTES_MIN = 64 * 1024
 _ZIGZAG = [(byte >> 1) ^ -(byte & 1) for byte in range(0x80)]  # a one-byte varint's value
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -78,9 +88,9 @@ class ValidatedBatch:
 
     records: bytes | memoryview
     rules: ValidationRules
-    outcome: tuple[RecordBatch, bytes] | KafkaError
+    outcome: tuple[RecordBatch, bytes | memoryview] | KafkaError
 
-    def batch_and_body(self) -> tuple[RecordBatch, bytes]:
+    def batch_and_body(self) -> tuple[RecordBatch, bytes | memoryview]:
         if isinstance(self.outcome, KafkaError):
             raise self.outcome
         return self.outcome
@@ -95,14 +105,12 @@ def validate_batch(records: bytes | memoryview, rules: ValidationRules, now_ms: 
         return ValidatedBatch(records, rules, e)
 
 
-def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) -> bytes:
+def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) -> bytes | memoryview:
     """Walk every record of `batch` (already checked by validate_produce); raise KafkaError
     (RecordValidationError where Kafka names the records) if the batch may not be stored.
     Returns the records' bytes, decompressed."""
     body = batch.buffer[RECORD_BATCH_OVERHEAD : batch.size_bytes]
-    if batch.compression == CompressionType.NONE:
-        body = bytes(body)
-    else:
+    if batch.compression != CompressionType.NONE:
         body = decompress_bounded(batch.compression, body, rules.max_message_bytes)
     check_timestamps = not rules.log_append_time and batch.timestamp_type == TIMESTAMP_TYPE_CREATE_TIME
     earliest_ms = now_ms - rules.timestamp_before_max_ms
@@ -110,6 +118,12 @@ def validate_records(batch: RecordBatch, rules: ValidationRules, now_ms: int) ->
     base_timestamp = batch.base_timestamp
     earliest_delta, latest_delta = earliest_ms - base_timestamp, latest_ms - base_timestamp
     compacted = rules.compacted
+    # The C walk's deltas are 64-bit; clamped bounds keep its answer (its deltas stay within +-2^62).
+    if records_clean is not None and records_clean(
+            body, batch.records_count, min(max(earliest_delta, _INT64_MIN), _INT64_MAX),
+            min(max(latest_delta, _INT64_MIN), _INT64_MAX), check_timestamps, compacted):
+        return body
+    body = bytes(body)  # indexing bytes is faster than a memoryview
     record_errors: list[tuple[int, str]] = []
     timestamp_errors = False
     size = len(body)

@@ -49,8 +49,8 @@ class ControllerChannel:
     async def call(self, api_key: int, version: int, body: dict):
         """The active controller's response; KafkaError(NOT_CONTROLLER) when none is known."""
         controller_id = self.broker.active_controller_id
-        if controller_id < 0:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller known")
+        if controller_id not in self._connections:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"no active controller known (leader id {controller_id})")
         return await self._connections[controller_id].call(api_key, version, body)
 
     def close(self) -> None:

@@ -148,10 +148,8 @@ class QuorumController:
             return {"error_code": ErrorCode.INVALID_REQUEST, "response_data": None}
         try:
             chunks = await self.run_as_controller(bytes(request.request_data), client)
-        except KafkaError as e:
-            if e.code != ErrorCode.NOT_CONTROLLER:
-                raise
-            return {"error_code": ErrorCode.NOT_CONTROLLER, "response_data": None}
+        except KafkaError as e:  # NOT_CONTROLLER, or records not committed in time (REQUEST_TIMED_OUT)
+            return {"error_code": e.code, "response_data": None}
         frame = b"".join(bytes(chunk) for chunk in chunks or ())
         return {"error_code": ErrorCode.NONE, "response_data": frame[FRAME_SIZE.size:] if frame else None}
 

@@ -27,7 +27,7 @@ import functools
 import logging
 
 from reference.controller.raft import FetchRequest
-from reference.node.raft_rpcs import ANSWERED_BY, from_request, from_response, to_request, to_response
+from reference.node.raft_rpcs import ANSWERED_BY, from_request, from_response, request_error, to_request, to_response
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.security.inter_node import CONTROLLER
@@ -161,6 +161,8 @@ class RaftDriver:
         """A KRaft request from another node -> its response, once the core has answered it."""
         if request.get("cluster_id") not in (None, self.broker.cluster_id):
             return to_response(api_key, None, self.raft.leader_id, self.raft.epoch, ErrorCode.INCONSISTENT_CLUSTER_ID)
+        if (error := request_error(api_key, request, self.raft.voters)) is not None:
+            return to_response(api_key, None, self.raft.leader_id, self.raft.epoch, error)
         message = from_request(api_key, request)
         answer_type = ANSWERED_BY.get(api_key)
         requester = getattr(message, "replica_id", getattr(message, "candidate_id", -1))

@@ -66,10 +66,15 @@ def test_a_group_resumes_at_its_committed_offsets_after_its_coordinator_is_kille
     for partition in range(PARTITIONS):
         assert len(produce_acked(cluster, topic, sorted(after)[partition::PARTITIONS], partition)) == len(after) // 3
     consume_until(consumers, seen, committed, after, 2 * WAIT_S)
-    new_coordinator = wait_until(lambda: partition_state(cluster, CONSUMER_OFFSETS_TOPIC, offsets_partition)[0],
-                                 "the offsets partition has a new leader")
+    # A leader id of -1 is truthy, and the metadata may still name the killed coordinator: wait for
+    # another one, and for the group's coordinator as described to be it (the admin client may
+    # answer from metadata older than ours).
+    new_coordinator = wait_until(
+        lambda: (leader := partition_state(cluster, CONSUMER_OFFSETS_TOPIC, offsets_partition)[0])
+        not in (-1, coordinator) and leader, "the offsets partition has a new leader")
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-    described = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+    described = wait_until(lambda: (found := admin.describe_consumer_groups([group])[group].result(WAIT_S))
+                           .coordinator.id == new_coordinator and found, "the group's coordinator is the new leader")
     for client in consumers:
         client.close()
 

@@ -39,8 +39,14 @@ def test_brokers_register_with_increasing_epochs_and_start_fenced():
     assert stale.value.code == ErrorCode.STALE_BROKER_EPOCH
     commit(state, state.heartbeat(1, state.brokers[1].broker_epoch, now_ms=0))
     first_epoch = state.brokers[1].broker_epoch
-    commit(state, state.register_broker(1, "b", "h", 1, now_ms=1))  # restarted: a new incarnation
+    with pytest.raises(KafkaError) as duplicate:  # another process with its id while its session is valid
+        state.register_broker(1, "b", "h", 1, now_ms=1)
+    assert duplicate.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+    commit(state, state.register_broker(1, "b", "h", 1, now_ms=9_001))  # restarted once the session ended
     assert state.brokers[1].broker_epoch > first_epoch and state.brokers[1].fenced
+    with pytest.raises(KafkaError) as negative:
+        state.register_broker(-1, "c", "h", 1, now_ms=9_001)
+    assert negative.value.code == ErrorCode.INVALID_REGISTRATION
 
 
 def test_replicas_are_assigned_round_robin_with_the_first_as_leader():

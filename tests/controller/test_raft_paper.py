@@ -16,6 +16,7 @@ from reference.controller.raft import (
     RaftRole,
     VoteRequest,
 )
+from reference.controller.raft_messages import EPOCH_MAX
 
 STEP_MS = 10
 
@@ -226,3 +227,18 @@ def test_safety_under_random_drops_crashes_and_partitions(seed):
     leader = quorum.leader()
     assert leader is not None and leader.role is RaftRole.LEADER and leader.leader_id != NO_LEADER
     assert len(committed_ever) > 5
+
+
+def test_an_epoch_at_the_int32_limit_asks_for_no_vote_it_cannot_encode():
+    """Found by fuzzing a cluster's Vote frames: a peer's Vote at epoch 2**31 - 1 (any int32 is a
+    valid epoch on the wire) made every voter's next pre-vote ask for 2**31, which no int32 holds,
+    and each node's raft sender failed on it for good. Now the node waits at that epoch."""
+    node = RaftNode(1, (1, 2, 3), random.Random(1), RaftConfig())
+    node.tick(0)
+    node.receive(VoteRequest(2, EPOCH_MAX, 0, 0, False), 0)
+    node.take_outbox()
+    for now_ms in range(0, 20 * RaftConfig().election_timeout_ms, STEP_MS):
+        node.tick(now_ms)
+    assert node.epoch == EPOCH_MAX
+    assert all(message.candidate_epoch <= EPOCH_MAX for _, message in node.take_outbox()
+               if isinstance(message, VoteRequest))

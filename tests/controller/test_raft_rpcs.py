@@ -14,13 +14,14 @@ from reference.controller.raft import (
     VoteRequest,
     VoteResponse,
 )
-from reference.node.raft_rpcs import from_request, from_response, to_request, to_response
+from reference.node.raft_rpcs import from_request, from_response, request_error, to_request, to_response
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 from reference.protocol.headers import parse_request_header
 from reference.protocol.messages import decode_request, decode_response, encode_request, encode_response
 
 CLUSTER_ID = "cluster-a"
+VOTERS = (1, 2, 3)
 
 
 def over_the_wire(message, destination: int = 1):
@@ -80,3 +81,44 @@ def test_a_request_the_core_did_not_answer_carries_an_error_and_no_message():
     api_key, version, _ = over_the_wire(begin)
     assert api_key == ApiKey.BEGIN_QUORUM_EPOCH
     assert from_response(begin, 1, answered(api_key, version, to_response(api_key, None, 2, 5))) is None
+
+
+# Found by fuzzing a cluster's inter-node listeners (tests/hardening/test_fuzz_internode.py).
+
+def decoded(api_key: int, version: int, body: dict):
+    frame = encode_request(api_key, version, 7, "fuzz", body)[4:]
+    _, offset = parse_request_header(frame)
+    return decode_request(api_key, version, frame[offset:])
+
+
+@pytest.mark.parametrize("version", [13, 14])
+def test_a_metadata_fetch_before_v15_names_its_replica_at_the_top(version):
+    """Fetch v15 moved ReplicaId into ReplicaState (KIP-903); an older one failed on it."""
+    _, _, body = to_request(FetchRequest(2, 3, 10, 3, 0, 0), CLUSTER_ID, 1)
+    request = decoded(ApiKey.FETCH, version, {**body, "replica_id": 2})
+    assert request_error(ApiKey.FETCH, request, VOTERS) is None
+    assert from_request(ApiKey.FETCH, request).replica_id == 2
+
+
+@pytest.mark.parametrize("message, error", [
+    (BeginQuorumEpoch(leader_id=578125251, leader_epoch=9), ErrorCode.INCONSISTENT_VOTER_SET),
+    (EndQuorumEpoch(leader_id=-1, leader_epoch=9), ErrorCode.INVALID_REQUEST),
+    (VoteRequest(4, 9, 1, 10, False), ErrorCode.INCONSISTENT_VOTER_SET),
+    (VoteRequest(2, 9, 9, 10, False), ErrorCode.INVALID_REQUEST),  # last epoch not below the candidate's
+    (VoteRequest(2, 9, 1, -1, False), ErrorCode.INVALID_REQUEST),
+    (FetchRequest(2, 3, -1, 3, 0, 0), ErrorCode.INVALID_REQUEST),  # negative offset: was answered with a snapshot
+    (FetchRequest(2, 3, 10, 4, 0, 0), ErrorCode.INVALID_REQUEST),  # last fetched epoch past the leader's
+    (FetchRequest(2, 3, 10, 3, 0, -5), ErrorCode.INVALID_REQUEST),
+])
+def test_requests_kafkas_raft_client_refuses_never_reach_the_core(message, error):
+    """A leader named that is no voter was followed (the node then called a controller it had no
+    connection to); a negative fetch offset was answered with a snapshot the node never takes."""
+    api_key, version, request = over_the_wire(message)
+    assert request_error(api_key, request, VOTERS) == error
+
+
+def test_requests_from_the_quorum_pass():
+    for message in (BeginQuorumEpoch(2, 9), EndQuorumEpoch(2, 9), VoteRequest(2, 9, 8, 10, True),
+                    FetchRequest(2, 9, 10, 8, 0, 500), FetchRequest(7, 9, 0, 0, 0, 0)):
+        api_key, _, request = over_the_wire(message)
+        assert request_error(api_key, request, VOTERS) is None, message

@@ -115,9 +115,18 @@ def test_each_node_answers_or_closes_lying_frames(cluster, frame, node_id):
 
 
 def test_after_the_fuzzing_every_replica_log_is_whole_the_replicas_agree_and_keep_what_was_acked(cluster):
-    leader = RawClient(cluster.addresses[cluster.leader_of(TOPIC, 0)])
-    assert produce(leader, TOPIC, batch_of([b"after"]), acks=-1).error_code == ErrorCode.NONE
-    leader.close()
+    # The metadata may name no leader (-1) or one that just moved: ask again until one takes it.
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        leader_id = cluster.leader_of(TOPIC, 0)
+        if leader_id >= 1:
+            leader = RawClient(cluster.addresses[leader_id])
+            error = produce(leader, TOPIC, batch_of([b"after"]), acks=-1).error_code
+            leader.close()
+            if error == ErrorCode.NONE:
+                break
+        assert time.monotonic() < deadline, "a leader takes a record after the fuzzing"
+        time.sleep(0.1)
     for node in cluster.nodes.values():
         with open(node.stderr_path, encoding="utf-8", errors="replace") as log:
             assert "internal error" not in log.read(), node.stderr_path
