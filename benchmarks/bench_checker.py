@@ -2,12 +2,15 @@
 single-process numpy/pyarrow implementation of the same per-partition checks, the cycle
 search on transactional ops, log verification beside a WGL search on small histories, and
 `kspec check` end to end on a Jepsen-format history.edn (generated here in the shape of
-Jepsen's queue workload, with a lost write and a duplicate injected), and its import alone
-with each EDN reader (every line through edn.py, or the common lines vectorised).
+Jepsen's queue workload, with a lost write and a duplicate injected), repeated, optionally in
+turn with an earlier commit's source tree (--before), with the process tree's CPU seconds and
+per-process peaks, and (--edn-readers) its import alone with each EDN reader (every line
+through edn.py, or the common lines vectorised).
 
     python benchmarks/bench_checker.py                      # 1M ops
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
     python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 10000000
+    python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 --before /tmp/before  # git archive of a commit
 
 The history is clean (a correct broker, simulated), 32 partitions, one consumer per
 partition, ~2.5 ops in flight. Each Spark run is a fresh process: times include Spark
@@ -22,6 +25,7 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -535,67 +539,148 @@ def write_jepsen_history(path: Path, n_ops: int, seed: int = 3, anomalies: bool 
     return {"ops": index, "bytes": path.stat().st_size, **injected}
 
 
-def subtree_rss_mb(root: int) -> float:
-    """Resident memory (MB) of a process and all its descendants (the JVM and the Python workers)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    total_kb, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            total_kb += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
-        except (OSError, StopIteration, ValueError):
-            continue
-    return total_kb / 1024
+class ProcessTree:
+    """Samples a process and all its descendants (the JVM, the Python worker daemon and the workers
+    it forks) from /proc: the peak of their summed resident memory, the peak of each kind of
+    process, and the CPU seconds they used. A process's CPU is its own time and the larger of
+    what its reaped children used (the kernel's count, which includes children never sampled:
+    workers that lived less than SAMPLE_S) and what its children were last seen to use (the JVM
+    is not reaped by the driver before it exits)."""
+
+    KINDS = ("driver", "jvm", "python workers")
+
+    def __init__(self, root: int):
+        self.root = root
+        self.peak_mb = 0.0
+        self.peak_by_kind = dict.fromkeys(self.KINDS, 0.0)
+        self.seen: dict[int, tuple[int, float, float, str]] = {}  # pid -> (ppid, own cpu s, reaped cpu s, kind)
+        self.tick_s = os.sysconf("SC_CLK_TCK")
+
+    def _kind(self, pid: int, command: str) -> str:
+        return "driver" if pid == self.root else "jvm" if command == "java" else "python workers"
+
+    def sample(self) -> None:
+        stats: dict[int, tuple[int, str, list[str]]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                text = stat.read_text()
+                head, tail = text.rsplit(")", 1)
+                fields = tail.split()
+                stats[int(stat.parent.name)] = (int(fields[1]), head.split("(", 1)[1], fields)
+            except (OSError, ValueError, IndexError):
+                continue
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        total_mb, by_kind, stack = 0.0, dict.fromkeys(self.KINDS, 0.0), [self.root]
+        while stack:
+            pid = stack.pop()
+            stack.extend(children.get(pid, []))
+            if pid not in stats:
+                continue
+            ppid, command, fields = stats[pid]
+            kind = self._kind(pid, command)
+            # fields from state on: utime, stime, cutime, cstime are 11-14, rss (pages) 21
+            own_s = (int(fields[11]) + int(fields[12])) / self.tick_s
+            reaped_s = (int(fields[13]) + int(fields[14])) / self.tick_s
+            self.seen[pid] = (ppid, own_s, reaped_s, kind)
+            rss_mb = int(fields[21]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+            total_mb += rss_mb
+            by_kind[kind] += rss_mb
+        self.peak_mb = max(self.peak_mb, total_mb)
+        for kind, mb in by_kind.items():
+            self.peak_by_kind[kind] = max(self.peak_by_kind[kind], mb)
+
+    def cpu_s(self, kind: str | None = None) -> float:
+        """CPU seconds of the tree, or of the processes of one kind in it."""
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _, _) in self.seen.items():
+            if ppid in self.seen:
+                children.setdefault(ppid, []).append(pid)
+        subtree: dict[int, float] = {}
+
+        def cpu(pid: int) -> float:  # own time, and the larger of what it reaped and what its children were seen to use
+            if pid not in subtree:
+                _, own, reaped, _ = self.seen[pid]
+                subtree[pid] = own + max(reaped, sum(cpu(c) for c in children.get(pid, [])))
+            return subtree[pid]
+
+        if kind is None:
+            return cpu(self.root) if self.root in self.seen else 0.0
+        return sum(cpu(pid) - sum(cpu(c) for c in children.get(pid, [])) for pid, (_, _, _, k) in self.seen.items()
+                   if k == kind)
+
+    def peaks(self) -> str:
+        return ", ".join(f"{kind} {mb:.0f} MB / {self.cpu_s(kind):.0f} CPU s" for kind, mb in self.peak_by_kind.items())
 
 
-def timed_command(command: list[str]) -> tuple[float, float, int, str]:
-    """Run a command; its wall seconds, the peak RSS of its process tree (sampled), exit code, stdout."""
+HERE = Path(__file__).resolve().parent.parent  # the source tree benchmarked
+
+
+def timed_command(command: list[str], tree_root: Path = HERE) -> tuple[float, ProcessTree, int, str]:
+    """Run a command with tree_root's kspec; its wall seconds, its process tree's samples (peak RSS,
+    CPU), exit code, stdout."""
     started = time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-    peak_mb = 0.0
+                             cwd=tree_root, env={**os.environ, "PYTHONPATH": str(tree_root)})
+    tree = ProcessTree(child.pid)
     while child.poll() is None:
-        peak_mb = max(peak_mb, subtree_rss_mb(child.pid))
+        tree.sample()
         time.sleep(SAMPLE_S)
-    return time.monotonic() - started, peak_mb, child.returncode, child.stdout.read()
+    return time.monotonic() - started, tree, child.returncode, child.stdout.read()
 
 
-def bench_edn(n_ops: int, work: Path) -> None:
-    """`kspec check history.edn` end to end (import in Spark, then every check), then again (the import reused)."""
-    edn = work / f"jepsen-{n_ops}.edn"
+def load_average() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def bench_edn(n_ops: int, work: Path, repeats: int, before: Path | None, readers: bool) -> None:
+    """`kspec check history.edn` end to end (import in Spark, then every check), then again (the
+    import reused), repeats times; with before (a source tree of an earlier commit), that tree's
+    check of the same file in turn with this one's, so both see the same machine."""
+    work.mkdir(parents=True, exist_ok=True)
+    edn, made = work / f"jepsen-{n_ops}.edn", work / f"jepsen-{n_ops}.json"
     t0 = time.monotonic()
-    injected = write_jepsen_history(edn, n_ops)
+    if made.exists() and edn.exists():  # --work kept it from an earlier run
+        injected = json.loads(made.read_text())
+    else:
+        injected = write_jepsen_history(edn, n_ops)
+        made.write_text(json.dumps(injected))
     print(f"\nJepsen history.edn, {injected['ops']:,} op records, {injected['bytes'] / 1e6:.0f} MB (generated in "
           f"{time.monotonic() - t0:.1f} s); injected: lost write {injected.get('lost-write')}, duplicate "
           f"{injected.get('duplicate')}", flush=True)
-    out = work / f"jepsen-{n_ops}-check"
-    command = [sys.executable, "-m", "kspec.cli", "check", str(edn), "--master", MASTER, "--out", str(out)]
-    for label in ("first check (parse in Spark + checks)", "second check (import reused)"):
-        seconds, peak_mb, code, _ = timed_command(command)
-        verdict = json.loads((out / "verdict.json").read_text())
-        print(f"kspec check {MASTER}, {label}: {seconds:.1f} s end to end, peak RSS of the process tree "
-              f"{peak_mb:.0f} MB (sampled every {SAMPLE_S} s), exit {code}; violations {verdict['violations']}",
-              flush=True)
-    lost = [r for r in pq.read_table(out / "anomalies.parquet").to_pylist() if r["anomaly"] in ("lost-write",
-                                                                                              "duplicate")]
-    for r in lost:
-        print(f"  {r['anomaly']}: {r['topic']}-{r['partition']} values {r['values']} offsets {r['offsets']}")
+    trees = {"before": before, "now": HERE} if before else {"now": HERE}
+    for turn in range(1, repeats + 1):
+        for name, tree in trees.items():
+            out = work / f"jepsen-{n_ops}-check-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            command = [sys.executable, "-m", "kspec.cli", "check", str(edn), "--master", MASTER, "--out", str(out)]
+            for label in ("first check (import + checks)", "second check (import reused)"):
+                load = load_average()
+                seconds, tree_, code, _ = timed_command(command, tree)
+                verdict = json.loads((out / "verdict.json").read_text())
+                print(f"turn {turn}, {name}, {label}: {seconds:.1f} s end to end, {tree_.cpu_s():.0f} CPU s; peak RSS "
+                      f"of the tree {tree_.peak_mb:.0f} MB ({tree_.peaks()}); exit {code}; checks "
+                      f"{verdict['seconds']['total']:.1f} s; load average before {load}", flush=True)
+            lost = [r for r in pq.read_table(out / "anomalies.parquet").to_pylist()
+                    if r["anomaly"] in ("lost-write", "duplicate")]
+            for r in lost:
+                print(f"  {r['anomaly']}: {r['topic']}-{r['partition']} values {r['values']} offsets {r['offsets']}")
+    if readers:
+        bench_edn_readers(edn, work, injected)
+
+
+def bench_edn_readers(edn: Path, work: Path, injected: dict) -> None:
+    """The import alone, in a fresh Spark session, with each EDN reader; then each in one process."""
     import_s = {}
     for vectorised in (False, True):  # the import alone, each in a fresh Spark session: the general reader, then numpy
         label = "vectorised lines (numpy)" if vectorised else "every line through edn.py + HistoryRows (before)"
         command = [sys.executable, "-c", IMPORT_ONLY, str(edn), str(work / f"import-{vectorised}"), str(vectorised)]
-        seconds, peak_mb, code, stdout = timed_command(command)
+        seconds, tree, code, stdout = timed_command(command)
         assert code == 0, f"the import failed (exit {code})"
         startup_s, import_s[vectorised] = json.loads(stdout)
         print(f"the import alone on {MASTER}, {label}: {import_s[vectorised]:.1f} s ({seconds:.1f} s with Spark "
-              f"start-up {startup_s:.1f} s), peak RSS of the process tree {peak_mb:.0f} MB", flush=True)
+              f"start-up {startup_s:.1f} s), peak RSS of the process tree {tree.peak_mb:.0f} MB", flush=True)
     print(f"  the import: {import_s[False] / import_s[True]:.1f}x faster vectorised", flush=True)
     if injected["bytes"] <= EDN_IN_PROCESS_BYTES_MAX:
         from spark_validation.jepsen import read_edn_rows
@@ -631,6 +716,11 @@ def main() -> None:
     parser.add_argument("--wgl-only", action="store_true", help="only the verification vs WGL comparison")
     parser.add_argument("--edn-ops", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--edn-only", action="store_true", help="only `kspec check` on Jepsen history.edn files")
+    parser.add_argument("--edn-repeats", type=int, default=2, help="turns of the Jepsen checks (the machine is shared)")
+    parser.add_argument("--before", type=Path, help="a source tree of an earlier commit (git archive) to check the "
+                        "same Jepsen files with, in turn with this one")
+    parser.add_argument("--work", type=Path, help="keep the generated Jepsen files here (reused by the next run)")
+    parser.add_argument("--edn-readers", action="store_true", help="also the import alone with each EDN reader")
     args = parser.parse_args()
     if args.wgl_only:
         bench_wgl()
@@ -638,7 +728,7 @@ def main() -> None:
     if args.edn_only:
         with tempfile.TemporaryDirectory(prefix="kspec-bench-edn-") as work:
             for n in args.edn_ops:
-                bench_edn(n, Path(work))
+                bench_edn(n, args.work or Path(work), args.edn_repeats, args.before, args.edn_readers)
         return
     with tempfile.TemporaryDirectory(prefix="kspec-bench-checker-") as work:
         end_to_end = {n: bench_all_checks(n, Path(work)) for n in args.ops}
@@ -648,7 +738,7 @@ def main() -> None:
                   f"{large_s:.1f} s ({large_s / small_s:.1f}x)", flush=True)
         bench_cycles(args.cycle_ops, Path(work))
         for n in args.edn_ops:
-            bench_edn(n, Path(work))
+            bench_edn(n, Path(work), args.edn_repeats, args.before, args.edn_readers)
     bench_wgl()
 
 
