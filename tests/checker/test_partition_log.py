@@ -75,3 +75,16 @@ def test_checks_do_not_depend_on_row_order():
             compared += len(rows)
         assert dependency_edges(in_order).equals(dependency_edges(out_of_order))
     assert compared > 20
+
+
+def test_a_partition_whose_log_is_empty_is_checked_without_findings():
+    """A transaction whose send was aborted or left unknown, and nothing else: no offset is known,
+    the log is empty, and no check finds (or trips over) anything there."""
+    builder = synth.Builder()
+    builder.op(0, "txn", [builder.sent("t9")], "fail")
+    builder.op(1, "txn", [builder.sent("t9")], "info")
+    [(topic, partition, mops)] = _partitions(builder)
+    log = PartitionLog(topic, partition, mops, np.zeros(0, np.int64))
+    assert log.n == 2 and len(log.log_offset) == 0
+    for name, check in PARTITION_CHECKS.items():
+        assert check(log, RunOptions()) == [], name
