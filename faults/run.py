@@ -185,10 +185,10 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                                  options.workload.client_properties).start()  # REP-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
+        lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
-        lanes.start()
         pipeline = _connect_pipeline(options, target, out_dir)
         cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         leaders = _leader_sampler(options, target, workload, recorder)
@@ -278,6 +278,7 @@ def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path) -> Con
         return None
     pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
         kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor,
+        exactly_once=options.workload_name == LANES_WORKLOAD,  # a lanes run checks every guarantee: CON-2 too
         client_properties=tuple(options.workload.client_properties.items())), options.seed)
     pipeline.start()
     return pipeline
