@@ -76,7 +76,8 @@ class RunOptions:
         assert all(v in VARIANTS.get(p, ()) for p, v in self.nemesis_variants.items()), self.nemesis_variants
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
         assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
-        assert self.workload_name in (*WORKLOADS, LANES_WORKLOAD) and not (self.workload_name == "quixstreams" and self.workload.txn)
+        assert self.workload_name in (*WORKLOADS, LANES_WORKLOAD)
+        assert not (self.workload_name == "quixstreams" and self.workload.txn)
         assert not (self.secure and (self.target != "reference" or self.client_properties)), "--secure: reference only"
 
 
@@ -178,19 +179,20 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         workload.create_topics()
         lanes.open(target, out_dir, options.seed, options.interval_s, options.workload.client_properties)
         cleanup.callback(lanes.abort)
-        nemesis = Nemesis(target, lanes.recorder_with(recorder), out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
+        nemesis = Nemesis(target, lanes.recorder_with(recorder), out_dir / TIMELINE_FILE, rng, disks, clocks,
+                          options.nemesis_variants)
         cleanup.callback(nemesis.close)
         nemesis.run_partitions = sorted({topic_partition(k) for k in options.workload.keys})
         observer = EpochObserver(target.bootstrap, options.workload.topics, recorder,
                                  options.workload.client_properties).start()  # REP-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
+        pipeline = _connect_pipeline(options, target, out_dir)
+        cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
-        pipeline = _connect_pipeline(options, target, out_dir)
-        cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         leaders = _leader_sampler(options, target, workload, recorder)
         cleanup.callback(lambda: leaders and leaders.stop())
         tombstones = _tombstoner(options, target, workload, recorder)
