@@ -9,7 +9,8 @@ history is complete and checkable alone, as `kspec check` checks any run:
 
 | lane | workload | checks |
 |---|---|---|
-| main | the queue workload (assign, acks=all, idempotent), with the Connect pipeline beside it | ORD-*, DUR-1, VIS-*, IDM-1, REP-*, PRO-1, CON-* |
+| main | the queue workload (assign, acks=all, idempotent) | ORD-*, DUR-1, VIS-*, IDM-1, REP-*, PRO-1 |
+| (main) | beside it the exactly-once Connect pipeline, in RUN/connect/ (a "connect" lane skipped, with why, when it does not start) | CON-1, CON-2, CON-3 |
 | txn | transactions of sends and polls (--txn) | TXN-1, TXN-2 |
 | groups | subscribe mode, one group (--sub-via subscribe) | GRP-1, GRP-2, GRP-3 |
 | acks1 | acks=1, no idempotence (--acks 1) | DUR-2 |
@@ -43,13 +44,14 @@ LANES_WORKLOAD = "all"
 LANES_DIR = "lanes"
 LANES_FILE = "lanes.json"
 MAIN = "main"
+CONNECT_LANE = "connect"           # the Connect pipeline, in the main lane's folder (RUN/connect/)
 KEYS_PER_LANE = 8                  # the queue workload's default: four topics of two partitions
 STREAMS_KEY_COUNT = 4              # as `--workload quixstreams`: two topics, so two state stores
 # lane -> its share of the run's --rate and --concurrency (weights)
 LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1}
 LANE_CHECKS = {
-    "main": ("ORD-1", "ORD-2", "ORD-3", "DUR-1", "VIS-1", "VIS-2", "IDM-1", "REP-1", "REP-2", "PRO-1",
-             "CON-1", "CON-2", "CON-3"),
+    "main": ("ORD-1", "ORD-2", "ORD-3", "DUR-1", "VIS-1", "VIS-2", "IDM-1", "REP-1", "REP-2", "PRO-1"),
+    "connect": ("CON-1", "CON-2", "CON-3"),
     "txn": ("TXN-1", "TXN-2"),
     "groups": ("GRP-1", "GRP-2", "GRP-3"),
     "acks1": ("DUR-2",),
@@ -162,9 +164,11 @@ class _SideLane:
                        "acked_missing_from_final_reads": acked_missing_from_final_reads(history_path)
                        if complete else None,
                        "workload_failures": self.workload.failures, "replica_audit": replica_audit}
-        (self.out_dir / "results.json").write_text(json.dumps(
-            {"lane": self.lane.name, "workload": dataclasses.asdict(self.lane.workload), **self.result},
-            indent=2, sort_keys=True, default=str))
+        from faults.security import without_secrets
+        workload = dataclasses.asdict(self.lane.workload)
+        workload["client_properties"] = without_secrets(workload["client_properties"])
+        (self.out_dir / "results.json").write_text(json.dumps({"lane": self.lane.name, "workload": workload,
+                                                               **self.result}, indent=2, sort_keys=True))
 
     def abort(self) -> None:
         """After an error: no more ops, samplers ended, a streams application killed."""
@@ -203,6 +207,10 @@ class SideLanes:
             lane_dir.mkdir(parents=True)
             self.lanes.append(_SideLane(lane, target, lane_dir, seed, app_kill_interval_s))
         self._each(lambda side: side.workload.create_topics())
+
+    def skip(self, lane: str, why: str) -> None:
+        """A lane that could not start (the Connect pipeline): the run goes on, the verdict says why."""
+        self.skipped[lane] = why
 
     def recorder_with(self, main: Recorder):
         """What the nemesis records into: the main recorder, and every lane's."""
@@ -246,7 +254,11 @@ class SideLanes:
         """RUN/lanes.json (what `kspec check` reads) and the lanes' summary for results.json."""
         if not self.planned:
             return {}
-        lanes = {MAIN: {"dir": ".", "checks": list(LANE_CHECKS[MAIN]), "keys": _keys(main_workload)}}
+        connect = [] if CONNECT_LANE in self.skipped else list(LANE_CHECKS[CONNECT_LANE])  # checked in RUN/connect/
+        lanes = {MAIN: {"dir": ".", "checks": [*LANE_CHECKS[MAIN], *connect], "keys": _keys(main_workload)}}
+        if CONNECT_LANE in self.skipped:
+            lanes[CONNECT_LANE] = {"dir": None, "checks": list(LANE_CHECKS[CONNECT_LANE]),
+                                   "skipped": self.skipped[CONNECT_LANE]}
         for lane in self.planned:
             side = next((s for s in self.lanes if s.lane.name == lane.name), None)
             entry = {"dir": f"{LANES_DIR}/{lane.name}", "checks": list(lane.checks), "keys": _keys(lane.workload)}

@@ -30,7 +30,7 @@ from typing import Callable
 from faults import audit, clock, disk, docker_target, net
 from faults.connect_workload import CONNECT_DIR, ConnectPipeline, ConnectWorkloadOptions
 from faults.epochs import EpochObserver
-from faults.lanes import LANES_WORKLOAD, side_lanes
+from faults.lanes import CONNECT_LANE, LANES_WORKLOAD, side_lanes
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
@@ -187,7 +187,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                                  options.workload.client_properties).start()  # REP-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
-        pipeline = _connect_pipeline(options, target, out_dir)
+        pipeline = _connect_pipeline(options, target, out_dir, lanes)
         cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
         rate = _Rate()
@@ -273,16 +273,26 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
 
 
-def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path) -> ConnectPipeline | None:
+def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path, lanes) -> ConnectPipeline | None:
     """With --workload connect: the Connect pipeline beside the queue workload, its workers
-    killed as often as a fault package flips (CON-1..3, spark_validation/connect.py)."""
+    killed as often as a fault package flips (CON-1..3, spark_validation/connect.py). In a lanes
+    run (--workload all) a pipeline that does not start is a lane skipped, with the reason."""
     if options.workload_name not in ("connect", LANES_WORKLOAD):
         return None
     pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
         kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor,
         exactly_once=options.workload_name == LANES_WORKLOAD,  # a lanes run checks every guarantee: CON-2 too
         client_properties=tuple(options.workload.client_properties.items())), options.seed)
-    pipeline.start()
+    from confluent_kafka import KafkaException
+    try:
+        pipeline.start()
+    except (RuntimeError, KafkaException) as e:
+        if options.workload_name != LANES_WORKLOAD:
+            raise
+        for worker in pipeline.workers:
+            worker.kill()
+        lanes.skip(CONNECT_LANE, f"the Connect pipeline did not start: {e}")
+        return None
     return pipeline
 
 
