@@ -47,8 +47,8 @@ NEMESES = "partition,kill,pause,malformed"  # malformed: PRO-1 is checked, not l
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 # Time limits per step, so the whole demo ends within ten minutes even when a step hangs.
 CONFORMANCE_TIMEOUT_S = 210
-FAULT_RUN_TIMEOUT_S = FAULT_TIME_LIMIT_S + 180  # set-up, the lanes' start and catch-up, final reads, tear-down
-CHECK_TIMEOUT_S = 420         # six lanes' histories, one Spark session
+FAULT_RUN_TIMEOUT_S = FAULT_TIME_LIMIT_S + 300  # set-up, the lanes' start and catch-up, final reads, tear-down
+CHECK_TIMEOUT_S = 600         # six lanes' histories, one Spark session
 STOP_GRACE_S = 15             # after SIGTERM, before SIGKILL
 
 
