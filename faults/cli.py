@@ -56,16 +56,19 @@ def faults() -> None:
               help="A topic config for the run's topics, e.g. cleanup.policy=compact (then the records repeat "
                    "keys, tombstones delete some, and RET-1 is checked); repeatable.")
 @click.option("--txn", is_flag=True, help="Transactions mixing sends and polls instead of plain sends and polls.")
-@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams", "connect", "mirror"]),
-              default="queue",
-              show_default=True, help="quixstreams: the queue workload's sends feed a Quix Streams exactly-once "
-                                      "counting application, itself killed and restarted (faults/streams.py); "
-                                      "connect: beside the queue workload, a FileStreamSource -> topic -> "
-                                      "FileStreamSink pipeline on two distributed Connect workers, killed -9 and "
-                                      "restarted (faults/connect_workload.py; CON-1..3 checked); "
-                                      "mirror: a source and a target cluster of --nodes nodes each and `kspec mirror` "
-                                      "between them, killed -9 and restarted, under partition (the link between the "
-                                      "clusters), kill and pause (leaders on either side) (faults/mirror_run.py; MIR-1..3 checked).")
+@click.option("--workload", "workload_name", type=click.Choice(["queue", "quixstreams", "connect", "mirror", "all"]),
+              default="queue", show_default=True,
+              help="quixstreams: the queue workload's sends feed a Quix Streams exactly-once "
+                   "counting application, itself killed and restarted (faults/streams.py); "
+                   "connect: beside the queue workload, a FileStreamSource -> topic -> "
+                   "FileStreamSink pipeline on two distributed Connect workers, killed -9 and "
+                   "restarted (faults/connect_workload.py; CON-1..3 checked); "
+                   "mirror: a source and a target cluster of --nodes nodes each and `kspec mirror` "
+                   "between them, killed -9 and restarted, under partition (the link between the "
+                   "clusters), kill and pause (leaders on either side) (faults/mirror_run.py; MIR-1..3 checked); "
+                   "all: every workload side by side on topics of its own (lanes: main with connect, txn, groups, "
+                   "acks1, compact, streams), sharing --rate and --concurrency, so that one run checks every "
+                   "guarantee (faults/lanes.py).")
 @click.option("--mirror-set", "mirror_settings", multiple=True, metavar="KEY=VALUE",
               help="With --workload mirror: an mm2.properties key for the mirror, e.g. exactly.once.support=enabled "
                    "(MIR-2 checked too) or tasks.max=2; repeatable.")
@@ -95,6 +98,14 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     from faults.workload import WorkloadOptions
 
     packages, variants = parse_nemeses(nemesis)
+    if workload_name == "all":
+        lane_flags = [flag for flag, given in (("--txn", txn), ("--sub-via subscribe", sub_via != "assign"),
+                                               (f"--acks {acks}", acks != "all"), ("--topic-config", topic_configs),
+                                               ("--idempotence/--no-idempotence", idempotence is not None))
+                      if given]
+        if lane_flags:
+            raise click.UsageError(f"--workload all sets transactions, subscribe mode, acks and topic configs per "
+                                   f"lane (faults/lanes.py): drop {', '.join(lane_flags)}")
     if txn and sub_via == "subscribe":
         raise click.UsageError("--txn runs in assign mode: drop --sub-via subscribe")
     if idempotence is None:
@@ -161,6 +172,14 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
                   + (f"; {result.acked_missing} acked values missing from them" if result.acked_missing else ""))
     for failure in result.workload_failures:
         console.print(f"[red]workload: {failure}[/red]")
+    for lane, summary in result.lanes.items():  # --workload all: the lanes beside the main one
+        if summary.get("skipped"):
+            console.print(f"lane {lane}: skipped ({summary['skipped']})")
+        elif lane != "main":
+            console.print(f"lane {lane}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(summary["completions"].items()))
+                          + f"; final reads {'complete' if summary['final_reads_complete'] else 'INCOMPLETE'}")
+            for failure in summary["workload_failures"]:
+                console.print(f"[red]lane {lane} workload: {failure}[/red]")
     click.echo(str(out_dir if workload_name == "mirror" else out_dir / "history.parquet"))
 
 

@@ -39,12 +39,12 @@ class Tombstoner:
         """End the random tombstones, then one for sub-key 0 of every key, each waited for."""
         self.stopping.set()
         self.thread.join()
-        for key in range(self.options.key_count):
+        for key in self.options.keys:
             self._delete(key, 0)
 
     def _run(self) -> None:
         while not self.stopping.wait(TOMBSTONE_INTERVAL_S):
-            self._delete(self.rng.randrange(self.options.key_count), self.rng.randrange(COMPACTION_KEYS))
+            self._delete(self.options.key_base + self.rng.randrange(self.options.key_count), self.rng.randrange(COMPACTION_KEYS))
 
     def _delete(self, key: int, sub_key: int) -> None:
         from confluent_kafka import KafkaException

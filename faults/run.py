@@ -30,6 +30,7 @@ from typing import Callable
 from faults import audit, clock, disk, docker_target, net
 from faults.connect_workload import CONNECT_DIR, ConnectPipeline, ConnectWorkloadOptions
 from faults.epochs import EpochObserver
+from faults.lanes import CONNECT_LANE, LANES_WORKLOAD, side_lanes
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
@@ -64,7 +65,8 @@ class RunOptions:
     disk_bytes: int = disk.TMPFS_BYTES_DEFAULT  # each node's data disk with the disk nemesis
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
     workload_name: str = "queue"         # or "quixstreams": the queue workload feeds a stream processor (faults/streams.py),
-    #                                      or "connect": a Connect pipeline beside it (faults/connect_workload.py)
+    #                                      or "connect": a Connect pipeline beside it (faults/connect_workload.py),
+    #                                      or "all": every workload side by side, each in a lane (faults/lanes.py)
     client_properties: dict[str, str] = field(default_factory=dict)  # --command-config (faults/security.py)
     secure: bool = False                 # --secure: SASL_SSL reference nodes (faults/security.py)
     mirror_properties: dict[str, str] = field(default_factory=dict)  # --mirror-set: mm2.properties keys (faults/mirror_run.py)
@@ -75,7 +77,8 @@ class RunOptions:
         assert all(v in VARIANTS.get(p, ()) for p, v in self.nemesis_variants.items()), self.nemesis_variants
         assert self.network in ("auto", *MODES) and self.time_limit_s > 0 and self.nodes >= 1
         assert self.image is None or self.target != "reference", "--image is for containers: --target docker"
-        assert self.workload_name in (*WORKLOADS, "mirror") and not (self.workload_name == "quixstreams" and self.workload.txn)
+        assert self.workload_name in (*WORKLOADS, "mirror", LANES_WORKLOAD)
+        assert not (self.workload_name == "quixstreams" and self.workload.txn)
         assert not (self.secure and (self.target != "reference" or self.client_properties)), "--secure: reference only"
 
 
@@ -101,6 +104,7 @@ class RunResult:
     acked_missing: int | None  # acknowledged values the final reads did not return (None: reads incomplete)
     workload_failures: list[str]
     replica_audit: dict = field(default_factory=dict)  # faults/audit.py: methods used, replicas read
+    lanes: dict = field(default_factory=dict)  # --workload all: each lane's summary (faults/lanes.py)
 
 
 class RunError(RuntimeError):
@@ -132,6 +136,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RunError(f"{out_dir} is not empty; give a new folder for the results")
     out_dir.mkdir(parents=True, exist_ok=True)
+    options, lanes = side_lanes(options)  # --workload all: the main lane's share, and the other lanes
     container_spec = _container_spec(options)
     if container_spec is not None:
         mode, mode_reason = docker_target.MODE, "containers on a bridge network of their own"
@@ -176,18 +181,22 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             workload_class = Workload if options.workload.sub_via == "assign" else _subscribe_workload()
             workload = workload_class(target.bootstrap, recorder, options.workload, seed=options.seed)
         workload.create_topics()
-        nemesis = Nemesis(target, recorder, out_dir / TIMELINE_FILE, rng, disks, clocks, options.nemesis_variants)
+        lanes.open(target, out_dir, options.seed, options.interval_s, options.workload.client_properties)
+        cleanup.callback(lanes.abort)
+        nemesis = Nemesis(target, lanes.recorder_with(recorder), out_dir / TIMELINE_FILE, rng, disks, clocks,
+                          options.nemesis_variants)
         cleanup.callback(nemesis.close)
-        nemesis.run_partitions = sorted({topic_partition(k) for k in range(options.workload.key_count)})
+        nemesis.run_partitions = sorted({topic_partition(k) for k in options.workload.keys})
         observer = EpochObserver(target.bootstrap, options.workload.topics, recorder,
                                  options.workload.client_properties).start()  # REP-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
+        pipeline = _connect_pipeline(options, target, out_dir, lanes)
+        cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
+        lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
-        pipeline = _connect_pipeline(options, target, out_dir)
-        cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
         leaders = _leader_sampler(options, target, workload, recorder)
         cleanup.callback(lambda: leaders and leaders.stop())
         tombstones = _tombstoner(options, target, workload, recorder)
@@ -204,6 +213,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
             workload.stop_invoking()
+            lanes.stop_invoking()
             if pipeline:
                 pipeline.stop_invoking()
             heal = schedule.heal_all() if schedule else []
@@ -214,12 +224,15 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             # a node restarted under transactional producers mid-call has left librdkafka's
             # send_offsets_to_transaction blocked far past its timeout, with no open
             # transaction on the broker.
+            lanes.stop_transactional()
             if not options.workload.txn:
                 _apply(nemesis, heal)
             workload.stop()
             if options.workload.txn:
                 _apply(nemesis, heal)
+            lanes.stop()
             workload.close()
+            lanes.close()
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
         quiet_until_s = time.monotonic() + options.quiet_s
         while (left_s := quiet_until_s - time.monotonic()) > 0:
@@ -234,15 +247,17 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             tombstones.stop()
         if pipeline:
             pipeline.close(options.final_read_timeout_s)
+        data_dirs = audit.reference_data_dirs(target) if options.target == "reference" else None
+        lanes_finished = lanes.finish_in_background(options.final_read_timeout_s, data_dirs)
         complete = workload.final_reads(options.final_read_timeout_s)
-        replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder,
-                                    audit.reference_data_dirs(target) if options.target == "reference" else None,
+        replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder, data_dirs,
                                     properties=options.workload.client_properties)
+        lanes_finished.result()
         observer.stop()
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
                            acked_missing_from_final_reads(history_path) if complete else None, workload.failures,
-                           replica_audit)
+                           replica_audit, lanes.write(out_dir, options.workload))
         _write_results(out_dir, options, result, history_path)
     return result
 
@@ -262,15 +277,25 @@ def acked_missing_from_final_reads(history_path: Path) -> int:
     return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
 
 
-def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path) -> ConnectPipeline | None:
+def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path, lanes) -> ConnectPipeline | None:
     """With --workload connect: the Connect pipeline beside the queue workload, its workers
-    killed as often as a fault package flips (CON-1..3, spark_validation/connect.py)."""
-    if options.workload_name != "connect":
+    killed as often as a fault package flips (CON-1..3, spark_validation/connect.py). In a lanes
+    run (--workload all) a pipeline that does not start is a lane skipped, with the reason."""
+    if options.workload_name not in ("connect", LANES_WORKLOAD):
         return None
     pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
         kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor,
         client_properties=tuple(options.workload.client_properties.items())), options.seed)
-    pipeline.start()
+    from confluent_kafka import KafkaException
+    try:
+        pipeline.start()
+    except (RuntimeError, KafkaException) as e:
+        if options.workload_name != LANES_WORKLOAD:
+            raise
+        for worker in pipeline.workers:
+            worker.kill()
+        lanes.skip(CONNECT_LANE, f"the Connect pipeline did not start: {e}")
+        return None
     return pipeline
 
 
@@ -403,10 +428,7 @@ def _clocks(options: RunOptions, target: Target, run_name: str,
 
 
 def _write_results(out_dir: Path, options: RunOptions, result: RunResult, history_path: Path) -> None:
-    (out_dir / RUN_FILE).write_text(json.dumps({"sub_via": [options.workload.sub_via], "ww_deps": True,
-                                                "acks": options.workload.acks,
-                                                **({"topic_config": options.workload.topic_config}
-                                                   if options.workload.topic_config else {})}))
+    (out_dir / RUN_FILE).write_text(json.dumps(checker_options(options.workload)))
     results = {
         "history_schema_version": HISTORY_SCHEMA_VERSION,
         "history": history_path.name,
@@ -419,8 +441,15 @@ def _write_results(out_dir: Path, options: RunOptions, result: RunResult, histor
         "acked_missing_from_final_reads": result.acked_missing,
         "workload_failures": result.workload_failures,
         "replica_audit": result.replica_audit,
+        **({"lanes": result.lanes} if result.lanes else {}),
     }
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
+
+
+def checker_options(workload: WorkloadOptions) -> dict:
+    """run.json: what `kspec check` needs to know of a workload (spark_validation/options.py)."""
+    return {"sub_via": [workload.sub_via], "ww_deps": True, "acks": workload.acks,
+            **({"topic_config": workload.topic_config} if workload.topic_config else {})}
 
 
 def _options_without_secrets(options: RunOptions) -> dict:

@@ -207,7 +207,7 @@ class StreamsWorkload(Workload):
         from spec.history import topic_partition
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": CLIENT_LOG_LEVEL,
                              "logger": CLIENT_LOGGER})
-        partitions = sorted({topic_partition(key) for key in range(self.options.key_count)})
+        partitions = sorted({topic_partition(key) for key in self.options.keys})
         deadline = time.monotonic() + timeout_s
         watermarks = None
         while time.monotonic() < deadline:

@@ -88,6 +88,7 @@ def record_key(record: Record, compacted: bool) -> bytes:
 @dataclass(frozen=True)
 class WorkloadOptions:
     key_count: int = 8
+    key_base: int = 0             # keys range(key_base, key_base + key_count): side-by-side workloads' own topics (faults/lanes.py)
     concurrency: int = 8
     rate_hz: float = 200.0
     sends_per_op_max: int = 2
@@ -108,6 +109,7 @@ class WorkloadOptions:
 
     def __post_init__(self) -> None:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
+        assert self.key_base >= 0 and self.key_base % 2 == 0, "a key base starts a topic (two keys a topic)"
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
         assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
@@ -119,8 +121,12 @@ class WorkloadOptions:
         return "compact" in self.topic_config.get("cleanup.policy", "")
 
     @property
+    def keys(self) -> range:
+        return range(self.key_base, self.key_base + self.key_count)
+
+    @property
     def topics(self) -> list[str]:
-        return sorted({topic_partition(k)[0] for k in range(self.key_count)})
+        return sorted({topic_partition(k)[0] for k in self.keys}, key=lambda t: int(t[1:]))
 
 
 class TxnCallBlocked(Exception):
@@ -504,7 +510,7 @@ class Workload:
         self.recorder = recorder
         self.options = options
         self.seed = seed
-        self.values = {k: itertools.count(1) for k in range(options.key_count)}
+        self.values = {k: itertools.count(1) for k in options.keys}
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.next_process = itertools.count(options.concurrency)  # ids for replacement processes
@@ -617,12 +623,12 @@ class Workload:
             sender.serve(min(left_s, SERVE_WAIT_S_MAX))
 
     def _next_record(self, rng: random.Random) -> Record:
-        key = rng.randrange(self.options.key_count)
+        key = self.options.key_base + rng.randrange(self.options.key_count)
         return Record(*topic_partition(key), key, next(self.values[key]))
 
     def _random_keys(self, rng: random.Random) -> list[int]:
         count = rng.randint(1, self.options.key_count)
-        return rng.sample(range(self.options.key_count), count)
+        return rng.sample(self.options.keys, count)
 
     def _replace(self, client: Client) -> Client:
         client.close()
@@ -645,7 +651,7 @@ class Workload:
         watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kspec-faults-watermarks",
                                "isolation.level": "read_uncommitted", "log_level": CLIENT_LOG_LEVEL,
                                "logger": CLIENT_LOGGER, **self.options.client_properties})
-        keys = list(range(self.options.key_count))
+        keys = list(self.options.keys)
         deadline = time.monotonic() + timeout_s
         try:
             high_watermarks = {}

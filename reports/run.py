@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from faults.lanes import LANES_DIR, MAIN
 from reports import plots, series
 from spark_validation.anomalies import ANOMALY_KINDS, EOS_KINDS
 from spark_validation.lag import LAG_FILE
@@ -164,6 +165,13 @@ def _figures(run: RunFolder, done: series.Completions) -> str:
             ("final reads", "complete" if run.results["final_reads_complete"] else "INCOMPLETE"),
         ]
         rows += [("workload failure", failure) for failure in run.results["workload_failures"]]
+        for lane, summary in run.results.get("lanes", {}).items():  # --workload all (faults/lanes.py)
+            rows.append((f"lane {lane}", f"skipped: {summary['skipped']}" if summary.get("skipped") else
+                         f"keys {summary['keys'][0]}..{summary['keys'][1] - 1}, checks {', '.join(summary['checks'])}"
+                         + (f"; {', '.join(f'{n:,} {k}' for k, n in sorted(summary['completions'].items()))}, "
+                            f"final reads {'complete' if summary['final_reads_complete'] else 'INCOMPLETE'}"
+                            if "completions" in summary else " (the run's own figures above)")
+                         + "".join(f"; {failure}" for failure in summary.get("workload_failures") or [])))
         if run.results.get("replica_audit"):  # faults/audit.py
             audit = run.results["replica_audit"]
             rows.append(("replica audit", f"{', '.join(audit.get('methods', [])) or 'none'}: {audit.get('reads', 0)} "
@@ -219,6 +227,10 @@ def _guarantee_rows(run: RunFolder) -> list[str]:
         label = {"held": "held", "violated": "VIOLATED", "unchecked": "not checked"}[status]
         reason = (run.verdict or {}).get("unchecked", {}).get(guarantee_id)
         label += f" &mdash; {html.escape(reason)}" if status == "unchecked" and reason else ""
+        lanes = found.get(guarantee_id, {}).get("lanes")  # a lanes run: where it was checked
+        label += f"<br><small>lanes: {html.escape(', '.join(lanes))}</small>" if lanes else ""
+        violated_in = found.get(guarantee_id, {}).get("violated_in")
+        label += f"<br><small>violated in: {html.escape(', '.join(violated_in))}</small>" if violated_in else ""
         kinds = ", ".join(f'<a href="#{a}">{a}</a> &times; {n}' for a, n in sorted(by_kind[guarantee_id].items()))
         rows.append(f'<tr><th class="{status}">{guarantee_id}</th><td>{html.escape(guarantee.statement)}</td>'
                     f"<td>{html.escape(guarantee.holds_when)}</td><td class=\"{status}\">{label}</td>"
@@ -232,7 +244,9 @@ def _anomalies_section(run: RunFolder, intervals: list[series.Interval], end_s: 
     if run.anomalies.num_rows == 0:
         return "<p>None: every check found the history consistent.</p>"
     rows = run.anomalies.to_pylist()
-    evidence = _ops_by_index(run.history, {i for r in rows for i in (r["ops"] or [])})
+    evidence = {lane: _ops_by_index(lane_history(run, lane), {i for r in rows if r.get("lane", MAIN) == lane
+                                                               for i in (r["ops"] or [])})
+                for lane in {r.get("lane", MAIN) for r in rows}}  # a lanes run's rows name their lane
     parts = []
     for anomaly, kind_rows in sorted(_group(rows, "anomaly").items(), key=lambda kv: (not kv[1][0]["violation"], kv[0])):
         kind = ANOMALY_KINDS.get(anomaly) or EOS_KINDS.get(anomaly)
@@ -243,7 +257,7 @@ def _anomalies_section(run: RunFolder, intervals: list[series.Interval], end_s: 
                      f'<small class="badge {"violated" if violation else "allowed"}">{status}</small></h3>')
         parts.append(f'<p class="note">{html.escape(kind.definition if kind else "")}</p>')
         for row in kind_rows[:ANOMALIES_SHOWN_MAX]:
-            parts.append(_anomaly_html(row, evidence))
+            parts.append(_anomaly_html(row, evidence[row.get("lane", MAIN)]))
         if len(kind_rows) > ANOMALIES_SHOWN_MAX:
             parts.append(f"<p class=note>{len(kind_rows) - ANOMALIES_SHOWN_MAX} more {html.escape(anomaly)} rows "
                          f"in <code>{CHECK_DIR}/anomalies.parquet</code>.</p>")
@@ -261,7 +275,7 @@ def _group(rows: list[dict], column: str) -> dict:
 
 def _anomaly_html(row: dict, evidence: dict[int, list[dict]]) -> str:
     where = f"{row['topic']}-{row['partition']}" if row["topic"] is not None else "across partitions"
-    facts = [f"<b>{html.escape(where)}</b>"]
+    facts = [f"<b>{html.escape(where)}</b>"] + ([f"lane {html.escape(row['lane'])}"] if row.get("lane") else [])
     facts += [f"{name} {', '.join(map(str, row[name]))}" for name in ("values", "offsets") if row[name]]
     facts += [f"delta {row['delta']}"] if row["delta"] is not None else []
     table_rows = "".join(_evidence_row(index, evidence.get(index, []), row["topic"], row["partition"])
@@ -271,6 +285,13 @@ def _anomaly_html(row: dict, evidence: dict[int, list[dict]]) -> str:
             + (f'<table class="evidence"><tr><th>op</th><th>process</th><th>what</th><th>invoked (s)</th>'
                f"<th>completed (s)</th><th>records (value@offset)</th><th>error</th></tr>{table_rows}</table>"
                if table_rows else "") + "</div>")
+
+
+def lane_history(run: RunFolder, lane: str) -> pa.Table:
+    """The history of a lane of a lanes run (`kspec faults run --workload all`): the main lane's is the run's."""
+    if lane == MAIN:
+        return run.history
+    return read_history(run.path / LANES_DIR / lane / HISTORY_FILE)
 
 
 def _ops_by_index(history: pa.Table, indexes: set[int]) -> dict[int, list[dict]]:
@@ -315,7 +336,8 @@ def _partition_plots(run: RunFolder, rows: list[dict], intervals, end_s: float, 
             ranked[r["topic"], r["partition"]] += 1
     parts = []
     for (topic, partition), count in ranked.most_common(PARTITION_PLOTS_MAX):
-        timeline = series.partition_timeline(run.history, topic, partition)
+        lane = next((r.get("lane", MAIN) for r in by_partition[topic]), MAIN)  # a lane's topics are its own
+        timeline = series.partition_timeline(lane_history(run, lane), topic, partition)
         marks = series.highlights(timeline, by_partition[topic])
         path = plots.partition_plot(timeline, marks, intervals, end_s,
                                     out / f"offsets-{_safe(topic)}-{partition}.png")

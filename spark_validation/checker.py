@@ -176,7 +176,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             rows_found = run_found[check]
             seconds[check] = run_seconds[check]
         elif check == "replicas":  # the replica audit, leader epochs, malformed traffic (spark_validation/replicas.py)
-            rows_found, unchecked = replicas.check(parquet_path)
+            rows_found, unchecked = replicas.check(parquet_path, options.compacted)
             seconds[check] = round(time.monotonic() - t0, 3)
         elif check == "linearizability":
             rows_found = nonlinearizable_rows(rows)

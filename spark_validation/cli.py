@@ -11,12 +11,8 @@ import click
 
 from pyspark.sql import SparkSession
 
-from faults.connect_workload import CONNECT_DIR
-from spark_validation.checker import (CHECKS, CheckResult, HistoryError, history_rows, resolve_history, run_checks,
-                                     write_result)
-from spark_validation.connect import add_to_verdict as add_connect_to_verdict
-from spark_validation.connect import check_connect, is_connect_history
-from spark_validation.eos import add_to_verdict, check_eos, is_streams_history
+from spark_validation.checker import CHECKS, HistoryError, history_rows, write_result
+from spark_validation.lanes import check_folder, check_lanes, is_lanes_run
 from spark_validation.mirror import check_mirror_history, is_mirror_history
 from spark_validation.progress import CheckProgress
 from spark_validation.session import DEFAULT_MASTER, connect_session, spark_session
@@ -66,21 +62,24 @@ def check(history: Path, master: str, remote: str | None, json_path: Path | None
             progress.stages(spark)
             return spark
 
+        announced = []
+
+        def follow(spark: SparkSession, parquet_path: Path) -> None:
+            """Once a history is found: say what is checked where, and show the stages of its check."""
+            if not announced:
+                click.echo(f"checking {history} on {where} ({len(chosen)} checks)", err=True)
+                announced.append(history)
+            progress.stages(spark, history_rows(parquet_path))
+
         try:
             # a Jepsen history.edn is imported beside the results, and reused by the next check of the same file
-            parquet_path, options = resolve_history(history, out_dir, session)
+            if is_lanes_run(history):  # `kspec faults run --workload all`: every lane, one merged verdict
+                result = check_lanes(history, out_dir, session, chosen, progress.check, follow,
+                                     lambda line: click.echo(line, err=True))
+            else:
+                result = check_folder(history, out_dir, session, chosen, progress.check, follow)
         except HistoryError as e:
             _bad_input(str(e))
-        click.echo(f"checking {history} on {where} ({len(chosen)} checks)", err=True)
-        spark = session()
-        progress.stages(spark, history_rows(parquet_path))
-        result = run_checks(spark, parquet_path, options, chosen, progress=progress.check)
-        if is_streams_history(history):  # `kspec faults run --workload quixstreams`: EOS-1, EOS-2 too
-            result = CheckResult(*add_to_verdict(result.anomalies, result.verdict, *check_eos(spark, history)),
-                                 result.lag)
-        if is_connect_history(history / CONNECT_DIR):  # `kspec faults run --workload connect`: CON-1..3 too
-            result = CheckResult(*add_connect_to_verdict(result.anomalies, result.verdict,
-                                                         *check_connect(spark, history / CONNECT_DIR)), result.lag)
     write_result(result, out_dir)
     if json_path:
         json_path.write_text((out_dir / "verdict.json").read_text())
@@ -97,6 +96,9 @@ def check(history: Path, master: str, remote: str | None, json_path: Path | None
     click.echo(f"{v['ops']} ops checked in {v['seconds']['total']:.1f} s "
                f"({v['ops'] / max(v['seconds']['total'], 1e-3):,.0f} ops/s); "
                f"guarantees held: {', '.join(held) or '-'}; violated: {', '.join(violated) or '-'}")
+    for guarantee_id, entry in v["guarantees"].items() if "lanes" in v else ():  # which lanes checked what
+        click.echo(f"{guarantee_id:7} {entry['status']:9} lanes {', '.join(entry['lanes'])}"
+                   + (f"; violated in {', '.join(entry['violated_in'])}" if entry["violated_in"] else ""))
     for guarantee_id, reason in v.get("unchecked", {}).items():
         click.echo(f"{guarantee_id} not checked: {reason}")
     click.echo(f"{'VALID' if result.valid else 'INVALID'}: results in {out_dir}")

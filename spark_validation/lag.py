@@ -67,6 +67,8 @@ def realtime_lag(p: PartitionLog) -> pa.Table:
     polls = (kind == POLLED) & (invoke_ns != NO_NS)
     offsets, since_ns = known_since(p)
     at = np.searchsorted(offsets, highest_read[polls] + 1)
+    if len(offsets) == 0:  # no offset of the partition is known (nothing written): no poll lags behind
+        return _thinned(p, process[polls], invoke_ns[polls], np.zeros(int(polls.sum()), np.int64))
     known = at < len(offsets)
     lag_ns = np.where(known, np.maximum(invoke_ns[polls] - since_ns[np.minimum(at, len(offsets) - 1)], 0), 0)
     return _thinned(p, process[polls], invoke_ns[polls], lag_ns)

@@ -142,7 +142,8 @@ class PartitionLog:
         self.vi_first_idx = self.log_idx[by_value][starts]
         self.vi_idx = self.log_idx[by_value][ends - 1]
         at, found = lookup(self.vi_value, self.value)
-        self.idx = np.where(found, self.vi_idx[at], NO_IDX)
+        # a partition whose log is empty (every send failed or unknown, nothing read) has no values to find
+        self.idx = np.where(found, self.vi_idx[at], NO_IDX) if len(self.vi_idx) else np.full(len(self.value), NO_IDX)
 
         first_of_slot = group_starts(self.log_offset)  # the log is sorted by (offset, value)
         self.bi_value = self.log_value[first_of_slot]

@@ -12,6 +12,7 @@ from spark_validation.cycles import dependency_edges, realtime_edges
 from spark_validation.frames import _by_partition, encode_mops
 from spark_validation.options import RunOptions
 from spark_validation.partition_log import PartitionLog
+from spec.history import Poll
 from spec.history import ops_table
 
 from . import synth
@@ -75,3 +76,18 @@ def test_checks_do_not_depend_on_row_order():
             compared += len(rows)
         assert dependency_edges(in_order).equals(dependency_edges(out_of_order))
     assert compared > 20
+
+
+def test_a_partition_whose_log_is_empty_is_checked_without_findings():
+    """A transaction whose send was aborted or left unknown, and nothing else: no offset is known,
+    the log is empty, and no check finds (or trips over) anything there."""
+    builder = synth.Builder()
+    builder.assign(2, ["t9"])
+    builder.op(0, "txn", [builder.sent("t9")], "fail")
+    builder.op(1, "txn", [builder.sent("t9")], "info")
+    builder.op(2, "poll", [Poll()])  # assigned, and read nothing
+    [(topic, partition, mops)] = _partitions(builder)
+    log = PartitionLog(topic, partition, mops, np.zeros(0, np.int64))
+    assert len(log.log_offset) == 0
+    for name, check in PARTITION_CHECKS.items():
+        assert check(log, RunOptions()) == [], name

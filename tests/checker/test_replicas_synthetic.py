@@ -26,7 +26,7 @@ class History:
 
     def replica(self, node: int, values: list, epochs=((0, 1),), high_watermark=None, error=None,
                 method="follower-fetch") -> int:
-        records = tuple(Record(T, P, 0, v, o) for o, v in enumerate(values))
+        records = tuple(Record(T, P, 0, v, o) for o, v in enumerate(values) if v is not None)  # None: cleaned away
         extra = {"node": node, "method": method, "topic": T, "partition": P, "log_start_offset": 0,
                  "high_watermark": len(values) if high_watermark is None else high_watermark,
                  "epochs": [list(e) for e in epochs], "foreign": []}
@@ -41,9 +41,9 @@ class History:
         return self.add(NEMESIS_PROCESS, "start-malformed", "info",
                         extra={"value": {"nodes": {"0": {"frames": 64, "answered": 60, "running": running}}}})
 
-    def check(self, tmp_path):
+    def check(self, tmp_path, compacted: bool = False):
         path = write_history(ops_table(self.ops), tmp_path / "history.parquet")
-        return replicas.check(path)
+        return replicas.check(path, compacted)
 
 
 def anomalies(rows) -> dict[str, list[dict]]:
@@ -131,3 +131,20 @@ def test_a_guarantee_nothing_checks_is_unchecked_with_the_reason(tmp_path, histo
     assert all(reasons[g] in unchecked[g] for g in reasons), unchecked
     if history == "followers refuse":
         assert "NOT_LEADER_OR_FOLLOWER" in unchecked["REP-1"]
+
+
+def test_with_compaction_an_offset_a_replica_cleaned_away_is_no_difference_but_another_record_there_is(tmp_path):
+    """Each replica's log cleaner compacts on its own schedule (cleanup.policy=compact): offsets one
+    replica still holds may be gone from another, and from under a client's earlier read."""
+    h = History()
+    h.send(10, 11, 12)
+    h.add(3, "poll", mops=[Poll((Record(T, P, 0, 10, 0), Record(T, P, 0, 11, 1)))])
+    h.replica(1, [10, 11, 12])
+    h.replica(2, [None, 11, 12])  # offset 0 cleaned away on node 2 only
+    assert h.check(tmp_path, compacted=True)[0] == []
+    assert set(anomalies(h.check(tmp_path)[0])) == {"replica-divergence", "replica-read-mismatch"}, \
+        "without compaction a missing offset is a difference"
+    h.replica(3, [None, 99, 12])
+    found = anomalies(h.check(tmp_path, compacted=True)[0])
+    assert [r["offsets"] for r in found["replica-divergence"]] == [[1], [1]]  # node 3 against nodes 1 and 2
+    assert [r["values"] for r in found["replica-read-mismatch"]] == [[11, 99]]

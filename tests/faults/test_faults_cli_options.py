@@ -47,6 +47,8 @@ def test_topic_config_passes_kafka_topic_configs_through_checked():
     (["--sub-via", "subscribe", "--txn"], "--txn runs in assign mode"),
     (["--assignor", "sticky"], "'sticky' is not one of"),
     (["--acks", "1", "--idempotence"], "--idempotence needs --acks all"),
+    (["--workload", "all", "--txn", "--acks", "1"], "--workload all sets transactions, subscribe mode, acks and "
+                                                    "topic configs per lane (faults/lanes.py): drop --txn, --acks 1"),
 ])
 def test_a_bad_group_or_topic_option_is_one_line_and_exit_2(tmp_path, arguments, message):
     result = CliRunner().invoke(faults, ["run", *arguments, "--out", str(tmp_path / "out")])
