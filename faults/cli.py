@@ -157,6 +157,8 @@ def run(target: str, image: str | None, nodes: int, nemesis: str, time_limit_s: 
     console = Console(stderr=True)
     try:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
+            if workload_name == "mirror":  # two clusters and a mirror between them
+                from faults.mirror_run import run_mirror as run_faults
             result = run_faults(options, out_dir, progress=lambda status: live.update(_status_line(status)))
         if not console.is_terminal:  # Live leaves its last line open when writing to a file or pipe
             console.line()

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults import audit
-from faults.recorder import Recorder
-from faults.workload import Workload, WorkloadOptions
+from faults.recorder import Recorder, acked_missing_from_final_reads
+from faults.workload import Workload, WorkloadOptions, checker_options
 
 LANES_WORKLOAD = "all"
 LANES_DIR = "lanes"
@@ -166,7 +166,6 @@ class _SideLane:
             audit.audit(self.target.bootstrap, self.lane.workload.topics, self.recorder, data_dirs,
                         properties=self.lane.workload.client_properties)
         history_path = self.recorder.close()
-        from faults.run import acked_missing_from_final_reads, checker_options
         (self.out_dir / "run.json").write_text(json.dumps(checker_options(self.lane.workload)))
         self.result = {"completions": dict(self.recorder.completions), "final_reads_complete": complete,
                        "acked_missing_from_final_reads": acked_missing_from_final_reads(history_path)

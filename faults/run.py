@@ -31,12 +31,13 @@ from faults import audit, clock, disk, docker_target, net
 from faults.connect_workload import CONNECT_DIR, ConnectPipeline, ConnectWorkloadOptions
 from faults.epochs import EpochObserver
 from faults.lanes import CONNECT_LANE, LANES_WORKLOAD, side_lanes
+from faults.recorder import acked_missing_from_final_reads
 from faults.nemesis import INTERVAL_S_DEFAULT, PACKAGES, STORAGE_PACKAGES, VARIANTS, Nemesis, Schedule
 from faults.proxy import ToxiproxyClient, ToxiproxyServer
 from faults.recorder import Recorder
 from faults.streams import WORKLOADS, StreamsWorkload
 from faults.targets import MODES, Target, TargetError, reference_target, toml_target
-from faults.workload import CLIENT_LOGGER, Workload, WorkloadOptions
+from faults.workload import CLIENT_LOGGER, Workload, WorkloadOptions, checker_options
 from spec.history import topic_partition
 
 HISTORY_SCHEMA_VERSION = 1
@@ -129,9 +130,8 @@ def choose_mode(requested: str, nemeses: tuple[str, ...]) -> tuple[str, str]:
 
 
 def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] = lambda status: None) -> RunResult:
-    if options.workload_name == "mirror":  # two clusters and a mirror between them
-        from faults.mirror_run import run_mirror
-        return run_mirror(options, out_dir, progress)
+    if options.workload_name == "mirror":
+        raise RunError("two clusters and a mirror between them run through faults.mirror_run.run_mirror")
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise RunError(f"{out_dir} is not empty; give a new folder for the results")
@@ -260,21 +260,6 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                            replica_audit, lanes.write(out_dir, options.workload))
         _write_results(out_dir, options, result, history_path)
     return result
-
-
-def acked_missing_from_final_reads(history_path: Path) -> int:
-    """How many acknowledged values the final reads did not return: a quick count of acked
-    writes lost, which the run can make because it knows the final reader (the last process
-    made). The checker's lost-write and unseen see only values no op ever read; a value read
-    before a power cut and gone after it shows there as an offset holding two values."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    history = pq.read_table(history_path, columns=["process", "type", "f", "mop_f", "topic", "partition", "value"])
-    final_reader = pc.max(history.filter(pc.equal(history["f"], "poll"))["process"]).as_py()  # not a replica read
-    polled = history.filter(pc.and_(pc.equal(history["process"], final_reader), pc.equal(history["mop_f"], "poll")))
-    acked = history.filter(pc.and_(pc.equal(history["type"], "ok"), pc.equal(history["mop_f"], "send")))
-    read = set(zip(*(polled[c].to_pylist() for c in ("topic", "partition", "value"))))
-    return sum(1 for row in zip(*(acked[c].to_pylist() for c in ("topic", "partition", "value"))) if row not in read)
 
 
 def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path, lanes) -> ConnectPipeline | None:
@@ -444,12 +429,6 @@ def _write_results(out_dir: Path, options: RunOptions, result: RunResult, histor
         **({"lanes": result.lanes} if result.lanes else {}),
     }
     (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, sort_keys=True))
-
-
-def checker_options(workload: WorkloadOptions) -> dict:
-    """run.json: what `kspec check` needs to know of a workload (spark_validation/options.py)."""
-    return {"sub_via": [workload.sub_via], "ww_deps": True, "acks": workload.acks,
-            **({"topic_config": workload.topic_config} if workload.topic_config else {})}
 
 
 def _options_without_secrets(options: RunOptions) -> dict:

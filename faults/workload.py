@@ -678,3 +678,9 @@ class Workload:
             closing.start()
             closing.join(CLOSE_TIMEOUT_S)
             close_all([client])
+
+
+def checker_options(workload: WorkloadOptions) -> dict:
+    """run.json: what `kspec check` needs to know of a workload (spark_validation/options.py)."""
+    return {"sub_via": [workload.sub_via], "ww_deps": True, "acks": workload.acks,
+            **({"topic_config": workload.topic_config} if workload.topic_config else {})}

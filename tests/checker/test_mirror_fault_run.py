@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from faults import net
 from faults.mirror_workload import CHECKPOINTS_SCHEMA
-from faults.run import RunOptions, run
+from faults.mirror_run import run_mirror as run
+from faults.run import RunOptions
 from faults.workload import WorkloadOptions
 from spark_validation.cli import check
 
