@@ -50,7 +50,7 @@ SIDES = ("source", "target")
 TICK_S = 0.2
 
 
-def run_mirror(options, out_dir: Path, progress: Callable) -> object:
+def run_mirror(options, out_dir: Path, progress: Callable = lambda status: None) -> object:
     """One mirror fault run (options: faults.run.RunOptions); returns faults.run.RunResult."""
     from faults.run import CLIENTS_LOG_FILE, TIMELINE_FILE, RunError, RunResult, Status, _log_clients_to
 

@@ -97,6 +97,7 @@ class ControllerState:
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)  # group id -> its overrides
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)  # active controller's memory only
+    heard_from: set[int] = field(default_factory=set)  # brokers that registered or heartbeated to this active controller
     leader_balance_due_ms: int | None = None  # active controller's memory only
 
     # ------------------------------------------------------------ replay
@@ -191,12 +192,17 @@ class ControllerState:
         old = self.brokers.get(broker_id)
         if old is not None and old.incarnation_id == incarnation_id:
             return []  # a retried registration
-        if (old is not None and not old.fenced
+        # Kafka's active controller gives every registered broker a fresh session when it takes
+        # over; this one counts a session only from what it heard itself (a registration or a
+        # heartbeat), so a node restarted together with its controller (a combined node, or a
+        # controller failover) registers at once instead of waiting out broker.session.timeout.ms.
+        if (old is not None and not old.fenced and broker_id in self.heard_from
                 and now_ms - self.last_heartbeat_ms.get(broker_id, now_ms) <= self.broker_session_timeout_ms):
             raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION, f"broker {broker_id} is registered with "
                              f"incarnation {old.incarnation_id} and its session is valid")
         epoch = 1 + max((b.broker_epoch for b in self.brokers.values()), default=0)
         self.last_heartbeat_ms[broker_id] = now_ms
+        self.heard_from.add(broker_id)
         records = [{"type": "RegisterBrokerRecord", "broker_id": broker_id, "incarnation_id": incarnation_id,
                     "broker_epoch": epoch, "host": host, "port": port, **({"listeners": listeners} if listeners else {})}]
         log.info("broker %d registers at %s:%d with broker epoch %d", broker_id, host, port, epoch)
@@ -230,6 +236,7 @@ class ControllerState:
         broker = self.brokers.get(broker_id)
         if broker is not None and broker.broker_epoch == broker_epoch:
             self.last_heartbeat_ms[broker_id] = max(now_ms, self.last_heartbeat_ms.get(broker_id, now_ms))
+            self.heard_from.add(broker_id)
 
     def fence_expired_brokers(self, now_ms: int) -> list[dict]:
         """Fence the first broker whose session expired. One at a time: the next one's

@@ -154,6 +154,7 @@ class ClusterBroker(BrokerBase):
                     # Heartbeats are not in the log: a new controller starts every broker's session
                     # now, so a broker that died with the previous controller is fenced in time.
                     self.controller.last_heartbeat_ms = dict.fromkeys(self.controller.brokers, now_ms)
+                    self.controller.heard_from = set()  # registrations: see ControllerState.register_broker
                     self.controller.leader_balance_due_ms = None  # a predecessor's schedule is not ours
                 continue
             try:

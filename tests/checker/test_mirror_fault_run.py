@@ -87,6 +87,7 @@ def test_a_checkpoint_translated_past_unconsumed_records_violates_mir3(spark, at
     assert found[0]["offsets"] == unread[:len(found[0]["offsets"])] and found[0]["offsets"][0] == moved["upstream"]
 
 
+@pytest.mark.soak  # a minute or two each: make bench
 @pytest.mark.guarantee("MIR-1", "MIR-2")
 def test_exactly_once_mirror_under_the_same_faults_duplicates_nothing(spark, tmp_path):
     out = tmp_path / "run"
@@ -98,6 +99,7 @@ def test_exactly_once_mirror_under_the_same_faults_duplicates_nothing(spark, tmp
     assert verdict["anomalies"]["mirror-duplicate"] == 0
 
 
+@pytest.mark.soak  # a minute or two each: make bench
 @pytest.mark.guarantee("MIR-1")
 def test_a_mirror_committing_progress_before_the_copies_are_acked_loses_records(spark, tmp_path):
     """The copies linger 500 ms in the producer while their progress is already acknowledged:

@@ -58,6 +58,7 @@ def assert_every_guarantee_has_a_status(verdict: dict, unchecked: set[str]) -> N
             assert {"connect": "main"}.get(lane, lane) in verdict["guarantees"][guarantee_id]["lanes"], guarantee_id
 
 
+@pytest.mark.soak  # three minutes on an idle 2-core machine: make bench
 @pytest.mark.timeout(900)
 def test_one_run_of_every_workload_gives_every_guarantee_a_status(namespaces_available, tmp_path):
     python = tmp_path / "python-without-site-packages"
