@@ -22,13 +22,11 @@ from reference.protocol.api_keys import ApiKey
 from reference.protocol.compression import CompressionType
 from reference.protocol.errors import ErrorCode
 from reference.protocol.messages import encode_request
-from reference.protocol.records import RecordBatch, iter_batches
-from reference.storage.config import LogConfig
-from reference.storage.log import Log
 from tests.broker.conftest import RawClient
 from tests.broker.helpers import batch_of, fetch_request, produce
 
 from .batches import batch, record
+from .internode import stored_batches
 
 TOPIC = "fuzz-replicated"
 NODES = 3
@@ -141,19 +139,4 @@ def test_after_the_fuzzing_every_replica_log_is_whole_the_replicas_agree_and_kee
         shared = min(len(batches), len(reference))
         assert [bytes(b.buffer) for b in batches[:shared]] == [bytes(b.buffer) for b in reference[:shared]], \
             f"node {node_id} and node 1 disagree below their common end (REP-1)"
-
-
-def stored_batches(partition_dir: str) -> list[RecordBatch]:
-    """Every batch of a replica's log, opened as the broker opens it; whole and in offset order."""
-    log = Log(partition_dir, LogConfig(), now_ms=int(time.time() * 1000))
-    batches, offset = [], log.log_start_offset
-    while offset < log.log_end_offset:
-        read = log.read(offset, 1 << 20)
-        found = [RecordBatch(bytes(b.buffer)) for b in iter_batches(read.records)]
-        assert found, f"{partition_dir}: nothing readable at {offset} below the end {log.log_end_offset}"
-        for found_batch in found:
-            assert found_batch.crc_is_valid() and found_batch.base_offset >= offset, (partition_dir, offset)
-            offset = found_batch.next_offset
-        batches += found
-    return batches
 
