@@ -246,20 +246,38 @@ class ConnectPipeline:
     def _kill_and_restart(self) -> None:
         o = self.options
         while not self.stopping.wait(o.kill_interval_s):
+            if not self._restart_down_workers():  # one still down: no second victim meanwhile
+                continue
             victim = self.rng.choice(self.workers)
             victim.kill()
             self.kills.append({"worker": victim.index, "killed_ms": int(time.time() * 1000)})
             log.info("connect worker %d killed", victim.index)
             if self.stopping.wait(o.restart_after_s):
                 break
-            victim.start()
-            self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
-            log.info("connect worker %d started again", victim.index)
+            self._restart_down_workers()
+
+    def _restart_down_workers(self) -> bool:
+        """Start every worker that is down; whether all run now. A worker can fail to start while
+        the cluster is faulted (its config topic not read to its end in time): it is logged and
+        tried again later, as an operator's supervisor would."""
+        for worker in self.workers:
+            if worker.running:
+                continue
+            try:
+                worker.start()
+            except RuntimeError as e:
+                log.warning("%s; trying again later", e)
+                continue
+            log.info("connect worker %d started again", worker.index)
+            if self.kills and "restarted_ms" not in self.kills[-1]:
+                self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
+        return all(worker.running for worker in self.workers)
 
     def stop_invoking(self) -> None:
-        """No more lines and no more kills; a worker that is down is started again. A run too
-        short (or a machine too slow) for the first kill gets one now, so every run has a worker
-        killed -9 and restarted."""
+        """No more lines and no more kills; a worker that is down is started again (again in
+        close(), after the run's heal, if it cannot start now). A run too short (or a machine
+        too slow) for the first kill gets one now, so every run has a worker killed -9 and
+        restarted."""
         self.stopping.set()
         for thread in self.threads:
             thread.join()
@@ -268,11 +286,7 @@ class ConnectPipeline:
             victim.kill()
             self.kills.append({"worker": victim.index, "killed_ms": int(time.time() * 1000)})
             log.info("connect worker %d killed at the end of the run", victim.index)
-        for worker in self.workers:
-            if not worker.running:
-                worker.start()
-                if self.kills and "restarted_ms" not in self.kills[-1]:
-                    self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
+        self._restart_down_workers()
 
     def _sink_values(self) -> list[int | None]:
         try:
@@ -286,6 +300,8 @@ class ConnectPipeline:
         write the history; returns its folder."""
         wanted = {value for value, _ in self.appended}
         deadline = time.monotonic() + settle_timeout_s
+        while not self._restart_down_workers() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
         while not wanted <= set(self._sink_values()) and time.monotonic() < deadline:
             time.sleep(POLL_S)
         for worker in self.workers:
