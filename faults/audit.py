@@ -218,8 +218,12 @@ def fetch_replica(address: tuple[str, int], info: PartitionInfo, node: int, vers
 
 def read_after_preferred_election(addresses: list[tuple[str, int]], brokers: dict[int, tuple[str, int]],
                                   info: PartitionInfo, version: int,
-                                  properties: dict[str, str] | None = None) -> ReplicaLog:
-    """Make the partition's preferred replica its leader (ElectLeaders PREFERRED) and read it."""
+                                  properties: dict[str, str] | None = None,
+                                  high_watermark_at_least: int | None = None) -> ReplicaLog:
+    """Make the partition's preferred replica its leader (ElectLeaders PREFERRED) and read it, once
+    its high watermark has reached the one its predecessor answered (high_watermark_at_least): a
+    new leader learns the high watermark from its followers' next fetches, and until then a read
+    below it returns less than the partition holds."""
     preferred = info.replicas[0]
     log = ReplicaLog(info.topic, info.partition, preferred, PREFERRED_ELECTION)
     try:
@@ -240,7 +244,12 @@ def read_after_preferred_election(addresses: list[tuple[str, int]], brokers: dic
     except WIRE_ERRORS as e:
         log.error = f"ElectLeaders PREFERRED: {type(e).__name__}: {e}"
         return log
-    return fetch_replica(brokers[preferred], info, preferred, version, PREFERRED_ELECTION, properties)
+    while True:
+        log = fetch_replica(brokers[preferred], info, preferred, version, PREFERRED_ELECTION, properties)
+        if (log.error is not None or high_watermark_at_least is None or log.high_watermark is None
+                or log.high_watermark >= high_watermark_at_least or time.monotonic() > deadline):
+            return log
+        time.sleep(0.1)
 
 
 def read_segment_files(data_dir: Path, info: PartitionInfo, node: int) -> ReplicaLog:
@@ -298,12 +307,16 @@ def audit(bootstrap: str, topics: list[str] | None, recorder: Recorder,
     for info in found.partitions:
         if topics is None and info.topic.startswith("__"):
             continue
+        leader_high_watermark = None
         for node in sorted(info.replicas, key=lambda n: n != info.leader):  # the leader first: a
             # preferred election below moves the leadership away from it
             logs = [fetch_replica(found.brokers[node], info, node, fetch_version, properties=properties)] if node in found.brokers else \
                 [ReplicaLog(info.topic, info.partition, node, FOLLOWER_FETCH, error=f"node {node} not in Metadata")]
+            if node == info.leader:
+                leader_high_watermark = logs[0].high_watermark
             if node == info.replicas[0] and logs[0].error and ErrorCode.NOT_LEADER_OR_FOLLOWER.name in logs[0].error:
-                logs.append(read_after_preferred_election(addresses, found.brokers, info, fetch_version, properties))
+                logs.append(read_after_preferred_election(addresses, found.brokers, info, fetch_version, properties,
+                                                          leader_high_watermark))
                 methods.add(PREFERRED_ELECTION)
             if data_dirs and node in data_dirs:
                 logs.append(read_segment_files(data_dirs[node], info, node))
