@@ -207,10 +207,7 @@ class LinkNemesis:
         return side, self.rng.choice(candidates or range(len(cluster.nodes))), "random"
 
     def _start_kill(self) -> dict:
-        side, victim, variant = self._leader()
-        self.clusters[side].kill(victim)
-        self.killed.append((side, victim))
-        return {"variant": variant, "side": side, "node": victim}
+        return self._fault_leader(lambda cluster, node: cluster.kill(node), self.killed)
 
     def _stop_kill(self) -> dict:
         restarted = []
@@ -221,9 +218,13 @@ class LinkNemesis:
         return {"restarted": restarted}
 
     def _start_pause(self) -> dict:
+        return self._fault_leader(lambda cluster, node: cluster.pause(node), self.paused)
+
+    def _fault_leader(self, fault, held: list) -> dict:
+        """Kill or pause (fault) a mirrored partition's leader on a random side, kept in held until healed."""
         side, victim, variant = self._leader()
-        self.clusters[side].pause(victim)
-        self.paused.append((side, victim))
+        fault(self.clusters[side], victim)
+        held.append((side, victim))
         return {"variant": variant, "side": side, "node": victim}
 
     def _stop_pause(self) -> dict:
