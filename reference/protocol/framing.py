@@ -12,9 +12,15 @@ to the frame's declared size, so a peer that declares 100 MiB and stalls holds a
 times what it sent, not what it declared (Kafka bounds the same with queued.max.request.bytes and a
 memory pool). Growing copies a third of a frame in all; the last buffer is the frame's own,
 so the handler still gets it without a join. Every frame is returned as a memoryview of a
-buffer the decoder never touches again, so the frame is the handler's: the leader writes
-offsets into a produced batch where it lies, as Kafka's LogValidator does for batches it
-need not recompress.
+buffer the decoder does not touch while any view of it is alive, so the frame is the
+handler's: the leader writes offsets into a produced batch where it lies, as Kafka's
+LogValidator does for batches it need not recompress.
+
+A large frame's buffer is kept once the frame is returned (`_spare`), and the next large
+frame that fits in it is received there as soon as its size is known, once no view of the
+old frame is left (a bytearray that cannot be resized is still viewed). A producer's 1 MB
+requests then cost no allocation, no zero-filling and no growth copies; the memory kept is
+one frame the peer has sent in full, never more than it declared.
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ class FrameDecoder:
         self._buffer = bytearray(READ_BUFFER_BYTES)
         self._start = 0  # the first byte received and not yet returned in a frame
         self._end = 0  # one past the last byte received
+        self._spare: bytearray | None = None  # the last large frame's buffer, for the next one
 
     def buffered_bytes(self) -> int:
         return self._end - self._start
@@ -70,7 +77,15 @@ class FrameDecoder:
             frames.append(view[self._start + FRAME_SIZE_BYTES:self._start + needed_bytes])
             self._start += needed_bytes
             needed_bytes = FRAME_SIZE_BYTES
-        if frames or self._end == len(self._buffer):
+        if len(self._buffer) > READ_BUFFER_BYTES and frames:
+            self._spare = self._buffer  # a large frame's; the pending bytes move out below
+        spare = self._spare
+        if (spare is not None and spare is not self._buffer and needed_bytes <= len(spare)
+                and len(self._buffer) - self._start < needed_bytes and _unviewed(spare)):
+            # A large frame whose size is known goes straight into the spare buffer.
+            spare[:self._end - self._start] = view[self._start:self._end]
+            self._buffer, self._start, self._end = spare, 0, self._end - self._start
+        elif frames or self._end == len(self._buffer):
             # The frames returned keep this buffer as it is; the pending bytes move to a new one
             # with room for FRAME_BUFFER_GROWTH times what has arrived of the pending frame, or
             # for all of it when that is at most twice as much.
@@ -98,3 +113,14 @@ class FrameDecoder:
         buffer = bytearray(capacity_bytes)
         buffer[:pending_bytes] = memoryview(self._buffer)[self._start:self._end]
         self._buffer, self._start, self._end = buffer, 0, pending_bytes
+
+
+def _unviewed(buffer: bytearray) -> bool:
+    """No memoryview of `buffer` is alive: a bytearray with one cannot change size (BufferError).
+    Popping its last byte and putting it back changes nothing else, and reallocates nothing."""
+    try:
+        last = buffer.pop()
+    except BufferError:
+        return False
+    buffer.append(last)
+    return True

@@ -97,6 +97,44 @@ async def cancel_and_wait(tasks) -> None:
         _, pending = await asyncio.wait(pending, timeout=CANCEL_RETRY_S)
 
 
+class IdleWatch:
+    """connections.max.idle.ms for the connection served by the current task, as Kafka's Selector
+    closes channels idle that long: a wait for the client's bytes (`waiting()` before each read,
+    `waiting_since_s = None` after it) that lasts `idle_s` cancels the task, with `expired` set.
+    One timer per connection, moved lazily: a read only notes the time, and a timer that fires
+    before the deadline of the wait in progress, or while a request is handled, is set again for
+    later. (`asyncio.wait_for` around each read cost a task and a timer for every read, several
+    per 1 MB produce request.)"""
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self.waiting_since_s: float | None = None  # the loop's time when the read in progress began
+        self.expired = False
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def waiting(self) -> None:
+        self.waiting_since_s = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self.waiting_since_s + self.idle_s, self._check)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _check(self) -> None:
+        self._timer = None
+        if self.waiting_since_s is None:
+            return  # a request is being handled; the next read sets the timer again
+        deadline_s = self.waiting_since_s + self.idle_s
+        if self._loop.time() >= deadline_s:
+            self.expired = True
+            self._task.cancel()
+        else:
+            self._timer = self._loop.call_at(deadline_s, self._check)
+
+
 class BrokerServer:
     def __init__(self, broker: BrokerNode) -> None:
         self.broker = broker
@@ -191,37 +229,50 @@ class BrokerServer:
 
     async def _serve(self, connection: socket.socket, listener: Listener, ip: str) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
-        idle_s = self.broker.config.connections_max_idle_ms / 1000
+        idle = IdleWatch(self.broker.config.connections_max_idle_ms / 1000)
         peer = "?"
         try:
             client_host, client_port = connection.getpeername()[:2]
             peer = f"{client_host}:{client_port} on {listener.name}"
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as asyncio's transports do
             channel, session = await self._open_session(connection, listener, client_host)
-            while received := await asyncio.wait_for(channel.recv_into(decoder.get_buffer()), idle_s):
-                for frame in decoder.buffer_updated(received):
-                    for chunk in await self._handle(frame, session) or ():
-                        await channel.sendall(chunk)  # sends from the chunk itself, no copy
-                    if session.close_reason:  # e.g. failed authentication, after Kafka's delay
-                        await asyncio.sleep(listener.failed_authentication_delay_ms / 1000)
-                        raise CloseConnection(session.close_reason)
+            while True:
+                idle.waiting()
+                received = await channel.recv_into(decoder.get_buffer())
+                idle.waiting_since_s = None
+                if not received:
+                    break
+                await self._answer(decoder.buffer_updated(received), channel, session)
         except (FrameTooLarge, ProtocolDecodeError, CloseConnection) as e:
             log.warning("closing connection from %s: %s", peer, e)
         except ssl.SSLError as e:
             log.warning("closing connection from %s: TLS handshake failed: %s", peer, e)
         except asyncio.TimeoutError:
-            log.info("closing connection from %s: no TLS handshake within %.0f s, or idle for "
-                     "connections.max.idle.ms=%d", peer, TLS_HANDSHAKE_TIMEOUT_S,
-                     self.broker.config.connections_max_idle_ms)
-        except (ConnectionError, asyncio.CancelledError):
+            log.info("closing connection from %s: no TLS handshake within %.0f s", peer, TLS_HANDSHAKE_TIMEOUT_S)
+        except asyncio.CancelledError:
+            if idle.expired:
+                log.info("closing connection from %s: idle for connections.max.idle.ms=%d", peer,
+                         self.broker.config.connections_max_idle_ms)
+        except ConnectionError:
             pass
         except Exception:
             if not self.supervisor.failed.is_set():  # else the node is stopping for a reason already logged
                 log.exception("closing connection from %s after an internal error", peer)
         finally:
+            idle.stop()
             connection.close()
             self.quotas.release(ip)
             self._connection_ended.set()
+
+    async def _answer(self, frames: list[memoryview], channel, session: Session) -> None:
+        """Answer each request frame in turn. The frames are the last references to their
+        buffers once this returns, so the decoder may receive the next request into them."""
+        for frame in frames:
+            for chunk in await self._handle(frame, session) or ():
+                await channel.sendall(chunk)  # sends from the chunk itself, no copy
+            if session.close_reason:  # e.g. failed authentication, after Kafka's delay
+                await asyncio.sleep(session.listener.failed_authentication_delay_ms / 1000)
+                raise CloseConnection(session.close_reason)
 
     async def _open_session(self, connection: socket.socket, listener: Listener, client_host: str):
         """The connection's channel (TLS on SSL listeners) and its session (principal, SASL)."""
