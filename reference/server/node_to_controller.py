@@ -24,6 +24,7 @@ from reference.handlers.context import CloseConnection
 from reference.node.broker import TopicPartition
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
+from reference.protocol.headers import parse_request_header
 from reference.security.inter_node import CONTROLLER
 from reference.security.session import Session
 from reference.server.peers import PEER_ERRORS
@@ -67,7 +68,9 @@ class ForwardingManager:
         """Admin requests run on the active controller; another node forwards them. One that
         loses the leadership before its records commit is run again on the next controller, as
         Kafka's forwarding retries on NOT_CONTROLLER (its records may still commit, so a retried
-        CreateTopics may find its topic there: TOPIC_ALREADY_EXISTS)."""
+        CreateTopics may find its topic there: TOPIC_ALREADY_EXISTS). One whose records the
+        controller did not commit in time (REQUEST_TIMED_OUT; they may still commit) closes the
+        connection with that said, as the client cannot be told which of its changes were made."""
         broker, loop = self.server.broker, asyncio.get_running_loop()
         deadline = loop.time() + FORWARD_WAIT_S
         while loop.time() < deadline:
@@ -80,7 +83,12 @@ class ForwardingManager:
                 if response.error_code == ErrorCode.NONE:
                     data = bytes(response.response_data or b"")
                     return [FRAME_SIZE.pack(len(data)) + data] if data else None
+                if response.error_code == ErrorCode.REQUEST_TIMED_OUT:
+                    raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "in the Envelope's answer")
             except KafkaError as e:
+                if e.code == ErrorCode.REQUEST_TIMED_OUT:  # the records were proposed and may still commit
+                    raise CloseConnection(f"{ApiKey(parse_request_header(frame)[0].api_key).name}: the active "
+                                          f"controller did not commit its records in time ({e})") from None
                 if e.code != ErrorCode.NOT_CONTROLLER:
                     raise
             except PEER_ERRORS:
