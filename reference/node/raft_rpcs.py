@@ -93,14 +93,16 @@ def is_metadata_fetch(request) -> bool:
     return len(request.topics) == 1 and request.topics[0].get("topic_id") == METADATA_TOPIC_ID
 
 
-def request_error(api_key: int, request, voters: tuple[int, ...]) -> ErrorCode | None:
+def request_error(api_key: int, request, voters: tuple[int, ...], local_id: int) -> ErrorCode | None:
     """What KafkaRaftClient refuses before its core sees a request (handleVoteRequest,
     handleBeginQuorumEpochRequest, handleEndQuorumEpochRequest, handleFetchRequest): another
     topic or partition than the metadata log's, a Vote whose last offset or epoch cannot be
-    (INVALID_REQUEST), a leader or candidate id below zero (INVALID_REQUEST) or not a voter
-    (INCONSISTENT_VOTER_SET), a Fetch with a negative wait, offset or epoch, or a last fetched
-    epoch past the leader epoch it names (INVALID_REQUEST). None when the core may take it.
-    Epochs below this node's are left to the core, which answers with its own."""
+    (INVALID_REQUEST), a leader or candidate id below zero or naming this node itself
+    (INVALID_REQUEST: no node sends these to itself, and Kafka's QuorumState will not follow or
+    vote for its own id) or not a voter (INCONSISTENT_VOTER_SET), a Fetch with a negative wait,
+    offset or epoch, or a last fetched epoch past the leader epoch it names (INVALID_REQUEST).
+    None when the core may take it. Epochs below this node's are left to the core, which
+    answers with its own."""
     if api_key == ApiKey.FETCH:
         topic, = request.topics  # is_metadata_fetch: one topic, the metadata log's id
         if [p.partition for p in topic.partitions] != [METADATA_PARTITION]:
@@ -121,7 +123,7 @@ def request_error(api_key: int, request, voters: tuple[int, ...]) -> ErrorCode |
         remote_id = partition.replica_id
     else:
         remote_id = partition.leader_id
-    if remote_id < 0:
+    if remote_id < 0 or remote_id == local_id:
         return ErrorCode.INVALID_REQUEST
     return None if remote_id in voters else ErrorCode.INCONSISTENT_VOTER_SET
 

@@ -161,7 +161,7 @@ class RaftDriver:
         """A KRaft request from another node -> its response, once the core has answered it."""
         if request.get("cluster_id") not in (None, self.broker.cluster_id):
             return to_response(api_key, None, self.raft.leader_id, self.raft.epoch, ErrorCode.INCONSISTENT_CLUSTER_ID)
-        if (error := request_error(api_key, request, self.raft.voters)) is not None:
+        if (error := request_error(api_key, request, self.raft.voters, self.raft.node_id)) is not None:
             return to_response(api_key, None, self.raft.leader_id, self.raft.epoch, error)
         message = from_request(api_key, request)
         answer_type = ANSWERED_BY.get(api_key)

@@ -22,6 +22,7 @@ from reference.protocol.messages import decode_request, decode_response, encode_
 
 CLUSTER_ID = "cluster-a"
 VOTERS = (1, 2, 3)
+LOCAL_ID = 1  # the node the requests are sent to (over_the_wire's destination)
 
 
 def over_the_wire(message, destination: int = 1):
@@ -96,12 +97,17 @@ def test_a_metadata_fetch_before_v15_names_its_replica_at_the_top(version):
     """Fetch v15 moved ReplicaId into ReplicaState (KIP-903); an older one failed on it."""
     _, _, body = to_request(FetchRequest(2, 3, 10, 3, 0, 0), CLUSTER_ID, 1)
     request = decoded(ApiKey.FETCH, version, {**body, "replica_id": 2})
-    assert request_error(ApiKey.FETCH, request, VOTERS) is None
+    assert request_error(ApiKey.FETCH, request, VOTERS, LOCAL_ID) is None
     assert from_request(ApiKey.FETCH, request).replica_id == 2
 
 
 @pytest.mark.parametrize("message, error", [
     (BeginQuorumEpoch(leader_id=578125251, leader_epoch=9), ErrorCode.INCONSISTENT_VOTER_SET),
+    # Naming the node itself: it followed itself as "leader" (and its shell called itself the
+    # active controller) at an epoch no other voter had, until the next election.
+    (BeginQuorumEpoch(leader_id=LOCAL_ID, leader_epoch=998393686), ErrorCode.INVALID_REQUEST),
+    (EndQuorumEpoch(leader_id=LOCAL_ID, leader_epoch=9), ErrorCode.INVALID_REQUEST),
+    (VoteRequest(LOCAL_ID, 9, 1, 10, False), ErrorCode.INVALID_REQUEST),
     (EndQuorumEpoch(leader_id=-1, leader_epoch=9), ErrorCode.INVALID_REQUEST),
     (VoteRequest(4, 9, 1, 10, False), ErrorCode.INCONSISTENT_VOTER_SET),
     (VoteRequest(2, 9, 9, 10, False), ErrorCode.INVALID_REQUEST),  # last epoch not below the candidate's
@@ -114,11 +120,11 @@ def test_requests_kafkas_raft_client_refuses_never_reach_the_core(message, error
     """A leader named that is no voter was followed (the node then called a controller it had no
     connection to); a negative fetch offset was answered with a snapshot the node never takes."""
     api_key, version, request = over_the_wire(message)
-    assert request_error(api_key, request, VOTERS) == error
+    assert request_error(api_key, request, VOTERS, LOCAL_ID) == error
 
 
 def test_requests_from_the_quorum_pass():
     for message in (BeginQuorumEpoch(2, 9), EndQuorumEpoch(2, 9), VoteRequest(2, 9, 8, 10, True),
                     FetchRequest(2, 9, 10, 8, 0, 500), FetchRequest(7, 9, 0, 0, 0, 0)):
         api_key, _, request = over_the_wire(message)
-        assert request_error(api_key, request, VOTERS) is None, message
+        assert request_error(api_key, request, VOTERS, LOCAL_ID) is None, message
