@@ -64,3 +64,18 @@ def test_the_size_limit_holds_before_any_buffer_is_allocated():
     with pytest.raises(FrameTooLarge):
         decoder.feed(struct.pack(">i", (1 << 20) + 1))
     assert len(decoder.get_buffer()) <= READ_BUFFER_BYTES
+
+
+def test_the_next_large_frame_reuses_a_large_buffer_only_once_no_view_of_it_is_left():
+    """A producer's 1 MB requests cost no allocation: the next large frame is received into the
+    last one's buffer, but never while the handler (or anything) still holds a view of it."""
+    first_body, second_body, third_body = b"a" * 300_000, b"b" * 200_000, b"c" * 250_000
+    decoder = FrameDecoder(max_frame_bytes=1 << 20)
+    (first,) = decoder.feed(frame(first_body))
+    buffer = first.obj
+    del first  # the request was answered
+    (second,) = decoder.feed(frame(second_body))
+    assert second.obj is buffer and second == second_body
+    (third,) = decoder.feed(frame(third_body))  # `second` is still held: a buffer of its own
+    assert third.obj is not buffer and second == second_body and third == third_body
+    assert not second.readonly and not third.readonly
