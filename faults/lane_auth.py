@@ -299,11 +299,21 @@ class AuthWorkload:
         return SECURE_LISTENER if SECURE_LISTENER in listeners else SASL_LISTENER
 
     def _writer_send(self, process: int, node: int) -> None:
-        """The writer's produce to A, which its ACL allows: ok when the leader appended it."""
+        """The writer's produce to A, which its ACL allows, sent to the leader the node names: ok
+        when the leader appended it."""
         partition, value = self.rng.randrange(2), next(self.values)
         invocation = self.recorder.invoke(process, "send", mops=(Send(Record(self.topic_a, partition, None, value)),))
         try:
             with self._connect(node, WRITER) as wire:
+                metadata = wire.request(ApiKey.METADATA, METADATA_VERSION, {"topics": [{"name": self.topic_a}],
+                                                                            "allow_auto_topic_creation": False})
+            leader = next((p.leader_id for t in metadata.topics for p in t.partitions
+                           if p.partition_index == partition), -1)
+            address = next((f"{b.host}:{b.port}" for b in metadata.brokers if b.node_id == leader), None)
+            if address is None:
+                self.recorder.complete(invocation, "fail", extra={"error": f"no leader of {self.topic_a}-{partition}"})
+                return
+            with self._connect_to(address, WRITER) as wire:
                 answered = self._produce(wire, self.topic_a, partition, value)
             code = answered.error_code
             offset = answered.base_offset if code == ErrorCode.NONE else None
@@ -315,21 +325,25 @@ class AuthWorkload:
 
     # -- connections
 
-    def _properties(self, user: str | None = None) -> dict[str, str]:
-        """Client properties for the SASL listener: the run's TLS settings, and a user's SCRAM login."""
+    def _properties(self) -> dict[str, str]:
+        """The SASL listener's security protocol, with the run's TLS settings (a --secure run's CA)."""
         protocol = SECURE_LISTENER if SECURE_LISTENER in self.target.nodes[0].listeners else SASL_LISTENER
-        tls = {k: v for k, v in self.admin_properties.items() if k.startswith("ssl.")}
-        login = {} if user is None else {"sasl.mechanism": MECHANISM, "sasl.username": user,
-                                         "sasl.password": self.passwords[user]}
-        return {"security.protocol": protocol, **tls, **login}
+        return {"security.protocol": protocol, **{k: v for k, v in self.admin_properties.items() if k.startswith("ssl.")}}
 
-    def _raw(self, node: int, listener: str | None = None) -> WireClient:
-        """A connection to the node's SASL (or named) listener, TLS done, nothing else said."""
-        address = self.target.nodes[node].listeners[listener] if listener else _sasl_address(self.target.nodes[node])
+    def _raw(self, node: int) -> WireClient:
+        """A connection to the node's SASL listener, TLS done, nothing else said."""
+        return self._wire(_sasl_address(self.target.nodes[node]))
+
+    def _wire(self, address: str) -> WireClient:
         return WireClient(address, ssl_context=sasl.ssl_context(self._properties()), timeout_s=PROBE_TIMEOUT_S)
 
     def _connect(self, node: int, user: str, listener: str | None = None) -> WireClient:
-        wire = self._raw(node, listener)
+        address = self.target.nodes[node].listeners[listener] if listener else _sasl_address(self.target.nodes[node])
+        return self._connect_to(address, user)
+
+    def _connect_to(self, address: str, user: str) -> WireClient:
+        """A connection to the address, authenticated as the user."""
+        wire = self._wire(address)
         try:
             sasl.authenticate(wire, MECHANISM, user, self.passwords[user])
         except BaseException:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
 from faults.lane_auth import AUTH_F, AuthWorkload, add_sasl_listener
 from faults.recorder import Recorder
+from faults.security import secure_reference_target
 from faults.targets import reference_target
 from faults.workload import WorkloadOptions
 from spark_validation.auth import check_auth, is_auth_history
@@ -20,9 +22,12 @@ ROUNDS_MIN = 2          # every probe answered this many times (each round visit
 ROUNDS_TIMEOUT_S = 40.0
 
 
-def run_lane(network, tmp_path, overrides: dict[str, str]) -> tuple[object, dict]:
-    target = reference_target(3, tmp_path, "netns", network=network, overrides=overrides)
-    add_sasl_listener(target)
+def run_lane(network, tmp_path, overrides: dict[str, str], secure: bool = False) -> tuple[object, dict]:
+    if secure:  # `kspec faults run --secure`: the nodes' own SASL_SSL listener, a SASL_SSL controller listener
+        target = secure_reference_target(3, tmp_path, "netns", network, overrides=overrides)
+    else:
+        target = reference_target(3, tmp_path, "netns", network=network, overrides=overrides)
+    add_sasl_listener(target)  # a secured run's nodes are left as they are
     try:
         target.start()
         target.wait_until_serving()
@@ -30,7 +35,8 @@ def run_lane(network, tmp_path, overrides: dict[str, str]) -> tuple[object, dict
         lane_dir.mkdir()
         recorder = Recorder(lane_dir)
         workload = AuthWorkload(target, recorder, WorkloadOptions(key_base=48, key_count=4, rate_hz=40.0,
-                                                                  replication_factor=3), seed=1)
+                                                                  replication_factor=3,
+                                                                  client_properties=target.client_properties), seed=1)
         workload.create_topics()
         workload.start()
         deadline = time.monotonic() + ROUNDS_TIMEOUT_S
@@ -45,10 +51,6 @@ def run_lane(network, tmp_path, overrides: dict[str, str]) -> tuple[object, dict
         target.stop()
     assert is_auth_history(lane_dir)
     return check_auth(lane_dir)
-
-
-def probes_by_outcome(anomalies, verdict: dict) -> dict:
-    return verdict["auth"]["probes"]
 
 
 def test_every_probe_is_refused_so_auth_1_to_3_hold(network, tmp_path):
@@ -77,4 +79,14 @@ def test_an_authorization_bug_switch_is_caught(network, tmp_path, switch, guaran
     others = {g: e["status"] for g, e in verdict["guarantees"].items() if g != guarantee_id}
     assert set(others.values()) == {"held"}, others
     assert json.loads((tmp_path / "lane" / "auth.json").read_text())["listener"] == "SASL_PLAINTEXT"
-    assert AUTH_F == "auth"
+
+
+def test_a_secure_run_is_probed_on_its_own_listeners(network, tmp_path):
+    anomalies, verdict = run_lane(network, tmp_path, {}, secure=True)
+    assert anomalies.num_rows == 0, anomalies.to_pylist()
+    assert set(e["status"] for e in verdict["guarantees"].values()) == {"held"} and len(verdict["guarantees"]) == 3
+    assert verdict["auth"]["listener"] == "SASL_SSL"
+    history = pq.read_table(tmp_path / "lane" / "history.parquet").to_pylist()
+    listeners = {json.loads(r["extra"])["listener"] for r in history
+                 if r["f"] == AUTH_F and r["type"] == "fail" and "controller" in r["extra"]}
+    assert listeners == {"CONTROLLER"}, "a client's controller RPCs go to the controller listener, and are refused"
