@@ -71,7 +71,7 @@ AUTH_FILE = "auth.json"           # beside the lane's history: its topics, users
 SASL_LISTENER = "SASL_PLAINTEXT"  # the listener a lanes run adds
 SECURE_LISTENER = "SASL_SSL"      # a --secure run's
 CONTROLLER_LISTENER = "CONTROLLER"
-MECHANISM, MECHANISM_CODE, ITERATIONS = "SCRAM-SHA-256", 1, 4096
+MECHANISM, ITERATIONS = "SCRAM-SHA-256", 4096
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 LANE_BROKER_PROPERTIES = {
     "authorizer.class.name": STANDARD_AUTHORIZER,
@@ -90,7 +90,7 @@ TOPIC_DENIED, CLUSTER_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.C
 
 def add_sasl_listener(target) -> None:
     """Before the nodes start: a SASL_PLAINTEXT listener on each reference node (the next port on its
-    address), SCRAM-SHA-256 and the authorizer. A secured run's nodes (with an authorizer already)
+    address in netns mode, a free one in proxy mode), SCRAM-SHA-256 and the authorizer. A secured run's nodes (with an authorizer already)
     and nodes that are not reference processes are left as they are."""
     from faults.targets import ReferenceNode, free_port
     for node in target.nodes:
@@ -99,7 +99,7 @@ def add_sasl_listener(target) -> None:
         host, _, port = node.listen.rpartition(":")
         sasl_port = int(port) + 1 if target.mode == "netns" else free_port()
         node.listen = f"PLAINTEXT://{host}:{port},{SASL_LISTENER}://{host}:{sasl_port}"
-        node.overrides.update(LANE_BROKER_PROPERTIES)
+        node.overrides = {**LANE_BROKER_PROPERTIES, **node.overrides}  # the run's --set wins
 
 
 def unavailable(target) -> str | None:

@@ -18,7 +18,7 @@ from faults.targets import reference_target
 from faults.workload import WorkloadOptions
 from spark_validation.auth import check_auth, is_auth_history
 
-ROUNDS_MIN = 2          # every probe answered this many times (each round visits one node)
+ROUNDS_MIN = 1          # every probe answered once (a round of probes visits one node)
 ROUNDS_TIMEOUT_S = 40.0
 
 
