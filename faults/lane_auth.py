@@ -25,11 +25,11 @@ f="auth" whose extra says the guarantee, the probe, the node, the principal and 
 | guarantee | probe | refused when |
 |---|---|---|
 | AUTH-1 | Metadata before any SaslHandshake | the connection closes unanswered |
-| AUTH-1 | Produce to A after SaslHandshake, before SaslAuthenticate | closed, or ILLEGAL_SASL_STATE |
+| AUTH-1 | Produce to A (its leader) after SaslHandshake, before SaslAuthenticate | closed, or ILLEGAL_SASL_STATE |
 | AUTH-1 | Metadata after a failed authentication (a wrong password) | closed unanswered |
-| AUTH-2 | the intruder's Produce to A (DENY) and to B (no ACL for it) | TOPIC_AUTHORIZATION_FAILED |
+| AUTH-2 | the intruder's Produce to A (DENY) and to B (no ACL for it), at the leader | TOPIC_AUTHORIZATION_FAILED |
 | AUTH-2 | the intruder's Fetch of A, CreateTopics of C, DeleteTopics of A, DeleteRecords of A | TOPIC_AUTHORIZATION_FAILED |
-| AUTH-2 | the writer's Produce to B (READ only) | TOPIC_AUTHORIZATION_FAILED |
+| AUTH-2 | the writer's Produce to B (READ only), at the leader | TOPIC_AUTHORIZATION_FAILED |
 | AUTH-3 | the writer's Fetch and OffsetForLeaderEpoch as a replica (replica id set) | TOPIC_AUTHORIZATION_FAILED |
 | AUTH-3 | the writer's WriteTxnMarkers to B | CLUSTER_AUTHORIZATION_FAILED |
 | AUTH-3 | the writer's BrokerHeartbeat (on the controller listener where there is one) | closed, or CLUSTER_AUTHORIZATION_FAILED |
@@ -304,12 +304,7 @@ class AuthWorkload:
         partition, value = self.rng.randrange(2), next(self.values)
         invocation = self.recorder.invoke(process, "send", mops=(Send(Record(self.topic_a, partition, None, value)),))
         try:
-            with self._connect(node, WRITER) as wire:
-                metadata = wire.request(ApiKey.METADATA, METADATA_VERSION, {"topics": [{"name": self.topic_a}],
-                                                                            "allow_auto_topic_creation": False})
-            leader = next((p.leader_id for t in metadata.topics for p in t.partitions
-                           if p.partition_index == partition), -1)
-            address = next((f"{b.host}:{b.port}" for b in metadata.brokers if b.node_id == leader), None)
+            address = self._leader(node, self.topic_a, partition)
             if address is None:
                 self.recorder.complete(invocation, "fail", extra={"error": f"no leader of {self.topic_a}-{partition}"})
                 return
@@ -324,6 +319,15 @@ class AuthWorkload:
             self.recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
 
     # -- connections
+
+    def _leader(self, node: int, topic: str, partition: int) -> str | None:
+        """The partition's leader on the SASL listener, as the node tells the writer (who may
+        describe A and B); None when it names none."""
+        with self._connect(node, WRITER) as wire:
+            metadata = wire.request(ApiKey.METADATA, METADATA_VERSION, {"topics": [{"name": topic}],
+                                                                        "allow_auto_topic_creation": False})
+        leader = next((p.leader_id for t in metadata.topics for p in t.partitions if p.partition_index == partition), -1)
+        return next((f"{b.host}:{b.port}" for b in metadata.brokers if b.node_id == leader), None)
 
     def _properties(self) -> dict[str, str]:
         """The SASL listener's security protocol, with the run's TLS settings (a --secure run's CA)."""
@@ -378,7 +382,10 @@ class AuthWorkload:
             return self._unanswered(wire)
 
     def _produce_before_authentication(self, node: int, topic: str, partition: int, value: int) -> Answer:
-        with self._raw(node) as wire:
+        address = self._leader(node, topic, partition)
+        if address is None:
+            return Answer("unknown", f"no leader of {topic}-{partition} known")
+        with self._wire(address) as wire:
             handshake = wire.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": MECHANISM})
             if handshake.error_code != ErrorCode.NONE:
                 return Answer("unknown", f"SaslHandshake answered {error_name(handshake.error_code)}")
@@ -401,11 +408,18 @@ class AuthWorkload:
     # -- AUTH-2: denied operations refused with their authorization error
 
     def _produce_denied(self, node: int, topic: str, partition: int, value: int) -> Answer:
-        with self._connect(node, INTRUDER) as wire:
-            return _by_code(self._produce(wire, topic, partition, value).error_code, TOPIC_DENIED)
+        return self._produce_as(INTRUDER, node, topic, partition, value)
 
     def _produce_read_only(self, node: int, topic: str, partition: int, value: int) -> Answer:
-        with self._connect(node, WRITER) as wire:
+        return self._produce_as(WRITER, node, topic, partition, value)
+
+    def _produce_as(self, user: str, node: int, topic: str, partition: int, value: int) -> Answer:
+        """A refused produce, sent to the partition's leader: one served there is appended, and the
+        final reads find it."""
+        address = self._leader(node, topic, partition)
+        if address is None:
+            return Answer("unknown", f"no leader of {topic}-{partition} known")
+        with self._connect_to(address, user) as wire:
             return _by_code(self._produce(wire, topic, partition, value).error_code, TOPIC_DENIED)
 
     def _fetch(self, user: str, node: int, topic: str, partition: int, replica_id: int) -> Answer:
