@@ -89,9 +89,10 @@ TOPIC_DENIED, CLUSTER_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.C
 
 
 def add_sasl_listener(target) -> None:
-    """Before the nodes start: a SASL_PLAINTEXT listener on each reference node (the next port on its
-    address in netns mode, a free one in proxy mode), SCRAM-SHA-256 and the authorizer. A secured run's nodes (with an authorizer already)
-    and nodes that are not reference processes are left as they are."""
+    """Before the nodes start: a SASL_PLAINTEXT listener on each reference node (the next port on
+    its address in netns mode, a free one in proxy mode), SCRAM-SHA-256 and the authorizer. A
+    secured run's nodes (with an authorizer already) and nodes that are not reference processes
+    are left as they are."""
     from faults.targets import ReferenceNode, free_port
     for node in target.nodes:
         if not isinstance(node, ReferenceNode) or "authorizer.class.name" in node.overrides or "://" in node.listen:
@@ -282,7 +283,9 @@ class AuthWorkload:
     def _probe_topic(self, probe: str) -> str:
         if probe == "create-topic-denied":
             return self.topic_c
-        if probe in ("produce-read-only", "write-txn-markers") or (probe == "produce-denied" and self.rng.random() < 0.5):
+        if probe in ("produce-read-only", "write-txn-markers"):
+            return self.topic_b
+        if probe == "produce-denied" and self.rng.random() < 0.5:  # B has no ACL for the intruder, A a DENY
             return self.topic_b
         return self.topic_a
 
@@ -313,8 +316,8 @@ class AuthWorkload:
             code = answered.error_code
             offset = answered.base_offset if code == ErrorCode.NONE else None
             type_ = "ok" if code == ErrorCode.NONE else "fail" if code == TOPIC_DENIED else "info"
-            self.recorder.complete(invocation, type_, mops=(Send(Record(self.topic_a, partition, None, value, offset)),),
-                                   extra={"error": error_name(code)})
+            sent = Send(Record(self.topic_a, partition, None, value, offset))
+            self.recorder.complete(invocation, type_, mops=(sent,), extra={"error": error_name(code)})
         except (OSError, Finding, sasl.SaslFailed) as e:
             self.recorder.complete(invocation, "info", extra={"error": f"{type(e).__name__}: {e}"})
 
@@ -326,13 +329,15 @@ class AuthWorkload:
         with self._connect(node, WRITER) as wire:
             metadata = wire.request(ApiKey.METADATA, METADATA_VERSION, {"topics": [{"name": topic}],
                                                                         "allow_auto_topic_creation": False})
-        leader = next((p.leader_id for t in metadata.topics for p in t.partitions if p.partition_index == partition), -1)
+        leader = next((p.leader_id for t in metadata.topics for p in t.partitions
+                       if p.partition_index == partition), -1)
         return next((f"{b.host}:{b.port}" for b in metadata.brokers if b.node_id == leader), None)
 
     def _properties(self) -> dict[str, str]:
         """The SASL listener's security protocol, with the run's TLS settings (a --secure run's CA)."""
         protocol = SECURE_LISTENER if SECURE_LISTENER in self.target.nodes[0].listeners else SASL_LISTENER
-        return {"security.protocol": protocol, **{k: v for k, v in self.admin_properties.items() if k.startswith("ssl.")}}
+        tls = {k: v for k, v in self.admin_properties.items() if k.startswith("ssl.")}
+        return {"security.protocol": protocol, **tls}
 
     def _raw(self, node: int) -> WireClient:
         """A connection to the node's SASL listener, TLS done, nothing else said."""

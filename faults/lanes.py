@@ -66,6 +66,7 @@ LANE_CHECKS = {
     "streams": ("EOS-1", "EOS-2"),
     "auth": ("AUTH-1", "AUTH-2", "AUTH-3"),
 }
+LANE_KINDS = {"groups": "subscribe", "streams": "quixstreams", "auth": "auth"}  # the others: queue
 # the compact lane's topics: segments rolled every 2 KiB or second, cleaned as soon as anything is
 # dirty, tombstones kept a minute (so the final reads must still see the last ones)
 COMPACTED_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "1000",
@@ -104,7 +105,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
             base, **{"key_base": base.key_base + position * KEYS_PER_LANE, "key_count": KEYS_PER_LANE,
                      "rate_hz": base.rate_hz * share / total,
                      "concurrency": max(1, round(base.concurrency * share / total)), **changes[name]})
-        lanes.append(Lane(name, workload, {"groups": "subscribe", "streams": "quixstreams", "auth": "auth"}.get(name, "queue")))
+        lanes.append(Lane(name, workload, LANE_KINDS.get(name, "queue")))
     return lanes
 
 

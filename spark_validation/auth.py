@@ -143,7 +143,8 @@ def _stored(table: pa.Table, probes: list[dict], final: dict) -> list[dict]:
         changes.append((denied_probes["create-topic-denied"], f"topic {topic_c}, whose creation was refused, exists"))
     for topic, exists in state["topics_exist"].items():
         if topic != topic_c and not exists and "delete-topic-denied" in denied_probes:
-            changes.append((denied_probes["delete-topic-denied"], f"topic {topic}, whose deletion was refused, is gone"))
+            changes.append((denied_probes["delete-topic-denied"],
+                            f"topic {topic}, whose deletion was refused, is gone"))
     for name, start in state["log_start_offsets"].items():
         if start > 0 and "delete-records-denied" in denied_probes:
             changes.append((denied_probes["delete-records-denied"],

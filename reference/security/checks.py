@@ -68,12 +68,10 @@ def _produce(ask: Asker, request, version: int) -> Verdict:
     if transactional_id is not None and not ask.transactional_id(AclOperation.WRITE, transactional_id):
         error = lambda name: TXN_FAILED  # noqa: E731 - the whole produce is refused
         allowed = lambda name: False  # noqa: E731
-    elif ask.broker.config.kspec_bug_acl_skip_produce:  # the switch: WRITE on the topic goes unasked
-        allowed = lambda name: True  # noqa: E731
+    else:  # kspec.bug.acl.skip.produce: WRITE on the topic goes unasked
         error = lambda name: TOPIC_FAILED  # noqa: E731
-    else:
-        error = lambda name: TOPIC_FAILED  # noqa: E731
-        allowed = lambda name: ask.topic(AclOperation.WRITE, name)  # noqa: E731
+        allowed = lambda name: (ask.broker.config.kspec_bug_acl_skip_produce  # noqa: E731
+                                or ask.topic(AclOperation.WRITE, name))
     refused = _partitions(ask, request.topic_data, "partition_data", allowed, error)
     answer = lambda p, code: {"index": p.index, "error_code": code, "base_offset": -1,  # noqa: E731
                               "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
