@@ -129,7 +129,7 @@ def _stored(table: pa.Table, probes: list[dict], final: dict) -> list[dict]:
             found.setdefault(op["extra"]["guarantee"], []).append((op, value, stored[value]))
     for guarantee_id, hits in found.items():
         ops = [op for op, _, _ in hits]
-        row = _row(STORED[guarantee_id], ops, f"{len(hits)} record(s) of refused produces in the final reads, "
+        row = _row(STORED[guarantee_id], ops, f"{len(hits)} record(s) of produces the ACLs deny in the final reads, "
                                               f"e.g. value {hits[0][1]} at {hits[0][2][0]}-{hits[0][2][1]} offset "
                                               f"{hits[0][2][2]}")
         row.update(topic=hits[0][2][0], partition=hits[0][2][1], values=[v for _, v, _ in hits][:EVIDENCE_OPS_MAX],
