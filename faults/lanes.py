@@ -16,6 +16,7 @@ history is complete and checkable alone, as `kspec check` checks any run:
 | acks1 | acks=1, no idempotence (--acks 1) | DUR-2 |
 | compact | cleanup.policy=compact, small segments, tombstones | RET-1 |
 | streams | the Quix Streams exactly-once application (--workload quixstreams) | EOS-1, EOS-2 |
+| auth | probes of a SASL listener with ACLs: before authentication, denied operations, a client as a replica or controller (faults/lane_auth.py) | AUTH-1, AUTH-2, AUTH-3 |
 
 The main lane is the run itself (faults/run.py): its history, run.json, results.json are in
 RUN/ as in any run, the Connect pipeline's in RUN/connect/. Every other lane writes
@@ -42,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults import audit
+from faults import audit, lane_auth
 from faults.recorder import Recorder, acked_missing_from_final_reads
 from faults.workload import Workload, WorkloadOptions, checker_options
 
@@ -54,7 +55,7 @@ CONNECT_LANE = "connect"           # the Connect pipeline, in the main lane's fo
 KEYS_PER_LANE = 8                  # the queue workload's default: four topics of two partitions
 STREAMS_KEY_COUNT = 4              # as `--workload quixstreams`: two topics, so two state stores
 # lane -> its share of the run's --rate and --concurrency (weights)
-LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1}
+LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1, "auth": 1}
 LANE_CHECKS = {
     "main": ("ORD-1", "ORD-2", "ORD-3", "DUR-1", "VIS-1", "VIS-2", "IDM-1", "REP-1", "REP-2", "PRO-1"),
     "connect": ("CON-1", "CON-3"),  # CON-2 needs exactly.once.source.support=enabled: see the note below
@@ -63,7 +64,9 @@ LANE_CHECKS = {
     "acks1": ("DUR-2",),
     "compact": ("RET-1",),
     "streams": ("EOS-1", "EOS-2"),
+    "auth": ("AUTH-1", "AUTH-2", "AUTH-3"),
 }
+LANE_KINDS = {"groups": "subscribe", "streams": "quixstreams", "auth": "auth"}  # the others: queue
 # the compact lane's topics: segments rolled every 2 KiB or second, cleaned as soon as anything is
 # dirty, tombstones kept a minute (so the final reads must still see the last ones)
 COMPACTED_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "1000",
@@ -76,7 +79,7 @@ COMPACTION_BROKER_PROPERTIES = {"log.cleaner.backoff.ms": "1000"}
 class Lane:
     name: str
     workload: WorkloadOptions
-    kind: str = "queue"            # queue, subscribe (faults/subscribe.py) or quixstreams (faults/streams.py)
+    kind: str = "queue"            # queue, subscribe (faults/subscribe.py), quixstreams (faults/streams.py), auth
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -94,6 +97,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
         "acks1": {"acks": "1", "idempotence": False},
         "compact": {"topic_config": COMPACTED_TOPIC_CONFIG},
         "streams": {"key_count": STREAMS_KEY_COUNT},
+        "auth": {"key_count": 4},  # its topics A and B (faults/lane_auth.py)
     }
     lanes = []
     for position, (name, share) in enumerate(LANE_SHARES.items()):
@@ -101,7 +105,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
             base, **{"key_base": base.key_base + position * KEYS_PER_LANE, "key_count": KEYS_PER_LANE,
                      "rate_hz": base.rate_hz * share / total,
                      "concurrency": max(1, round(base.concurrency * share / total)), **changes[name]})
-        lanes.append(Lane(name, workload, {"groups": "subscribe", "streams": "quixstreams"}.get(name, "queue")))
+        lanes.append(Lane(name, workload, LANE_KINDS.get(name, "queue")))
     return lanes
 
 
@@ -136,6 +140,9 @@ class _SideLane:
             from faults.streams import StreamsWorkload
             self.workload: Workload = StreamsWorkload(target.bootstrap, self.recorder, lane.workload, seed=seed,
                                                       app_kill_interval_s=app_kill_interval_s)
+        elif lane.kind == "auth":
+            from faults.lane_auth import AuthWorkload
+            self.workload = AuthWorkload(target, self.recorder, lane.workload, seed=seed)
         elif lane.kind == "subscribe":
             from faults.subscribe import SubscribeWorkload
             self.workload = SubscribeWorkload(target.bootstrap, self.recorder, lane.workload, seed=seed)
@@ -162,7 +169,8 @@ class _SideLane:
             sampler.stop()
         complete = self.workload.final_reads(final_read_timeout_s)
         replica_audit = {"methods": [], "error": "not audited: compacted records are no 8-byte longs (see above)"} \
-            if self.lane.workload.compacted else \
+            if self.lane.workload.compacted else {"methods": [], "error": "not audited: AUTH-* probes"} \
+            if self.lane.kind == "auth" else \
             audit.audit(self.target.bootstrap, self.lane.workload.topics, self.recorder, data_dirs,
                         properties=self.lane.workload.client_properties)
         history_path = self.recorder.close()
@@ -208,12 +216,20 @@ class SideLanes:
                 except StreamsUnavailable as e:
                     self.skipped[lane.name] = str(e)
                     continue
+            if lane.kind == "auth" and (why := lane_auth.unavailable(target)):
+                self.skipped[lane.name] = why
+                continue
             lane = dataclasses.replace(lane, workload=dataclasses.replace(lane.workload,
                                                                           client_properties=client_properties))
             lane_dir = out_dir / LANES_DIR / lane.name
             lane_dir.mkdir(parents=True)
             self.lanes.append(_SideLane(lane, target, lane_dir, seed, app_kill_interval_s))
         self._each(lambda side: side.workload.create_topics())
+
+    def prepare(self, target) -> None:
+        """Before the nodes start: the auth lane's SASL listener and authorizer (faults/lane_auth.py)."""
+        if any(lane.kind == "auth" for lane in self.planned):
+            lane_auth.add_sasl_listener(target)
 
     def skip(self, lane: str, why: str) -> None:
         """A lane that could not start (the Connect pipeline): the run goes on, the verdict says why."""

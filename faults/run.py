@@ -161,6 +161,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             target = _docker_target(container_spec, options, out_dir, cleanup)
         else:
             target = _target(options, out_dir, mode, network, toxiproxy)
+        lanes.prepare(target)  # --workload all: the auth lane's SASL listener
         if not options.secure:
             target.client_properties = dict(options.client_properties)
         if target.client_properties and options.workload_name == "quixstreams":

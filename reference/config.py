@@ -126,6 +126,9 @@ class BrokerConfig:
     kspec_bug_ack_before_isr: bool = False
     kspec_bug_count_fenced_follower_into_hw: bool = False
     kspec_bug_read_above_hw: bool = False
+    # Historical authorization bugs (reference/security/checks.py, reference/security/README.md), off by default.
+    kspec_bug_acl_skip_produce: bool = False
+    kspec_bug_follower_fetch_without_cluster_action: bool = False
     security_properties: dict[str, str] = field(default_factory=dict, compare=False)  # listeners and the above
 
     @functools.cached_property

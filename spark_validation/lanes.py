@@ -8,7 +8,7 @@ RUN/check/lanes/<lane>/. The merged verdict, in RUN/check/, is by guarantee id:
 - violated when any lane violated it;
 - held when some lane checked it and none violated it;
 - not checked only when no lane checked it, with the reason: the lane meant for it was skipped
-  (and why), a guarantee no fault run checks (AUTH-*, MIR-*: FAULT_RUN_UNCHECKED), or what
+  (and why), a guarantee no fault run checks (MIR-*: FAULT_RUN_UNCHECKED), or what
   the lanes' own verdicts said. So the acks1 lane's "DUR-1 not checked: acks=1" does not hide
   the main lane's DUR-1.
 
@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 
 from faults.connect_workload import CONNECT_DIR
 from faults.lanes import LANES_FILE, MAIN
+from spark_validation.auth import check_auth, is_auth_history
 from spark_validation.checker import CHECKS, CheckResult, Progress, resolve_history, run_checks, write_result
 from spark_validation.connect import add_to_verdict as add_connect_to_verdict
 from spark_validation.connect import check_connect, is_connect_history
@@ -41,8 +42,6 @@ LANES_CHECK_DIR = "lanes"         # RUN/check/lanes/<lane>/: each lane's own ver
 LANE_COLUMN = "lane"
 # guarantees a fault run on one plaintext cluster cannot check, and what does
 FAULT_RUN_UNCHECKED = {
-    **{g: "needs --secure: a SASL_SSL cluster with ACLs (the conformance suite's security tests and "
-          "tests/security check it); a lanes run is plaintext" for g in ("AUTH-1", "AUTH-2", "AUTH-3")},
     **{g: "needs the mirror run: two clusters and a mirror flow (`kspec mirror record`, then `kspec check` "
           "of its folder)" for g in ("MIR-1", "MIR-2", "MIR-3")},
 }
@@ -58,6 +57,8 @@ def check_folder(history: Path, out_dir: Path, session: Callable[[], SparkSessio
     """What `kspec check` does with one history: the history checks, and EOS-1/2 and CON-1..3 when
     the folder holds a stream processor's (eos.json) or a Connect pipeline's (connect/) output.
     Raises checker.HistoryError for a folder that holds no history."""
+    if is_auth_history(history):  # the auth lane: AUTH-1..3 from its probes (spark_validation/auth.py)
+        return CheckResult(*check_auth(history), LAG_SCHEMA.empty_table())
     parquet_path, options = resolve_history(history, out_dir, session)
     spark = session()
     on_session(spark, parquet_path)

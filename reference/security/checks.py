@@ -68,9 +68,10 @@ def _produce(ask: Asker, request, version: int) -> Verdict:
     if transactional_id is not None and not ask.transactional_id(AclOperation.WRITE, transactional_id):
         error = lambda name: TXN_FAILED  # noqa: E731 - the whole produce is refused
         allowed = lambda name: False  # noqa: E731
-    else:
+    else:  # kspec.bug.acl.skip.produce: WRITE on the topic goes unasked
         error = lambda name: TOPIC_FAILED  # noqa: E731
-        allowed = lambda name: ask.topic(AclOperation.WRITE, name)  # noqa: E731
+        allowed = lambda name: (ask.broker.config.kspec_bug_acl_skip_produce  # noqa: E731
+                                or ask.topic(AclOperation.WRITE, name))
     refused = _partitions(ask, request.topic_data, "partition_data", allowed, error)
     answer = lambda p, code: {"index": p.index, "error_code": code, "base_offset": -1,  # noqa: E731
                               "log_append_time_ms": -1, "log_start_offset": -1, "record_errors": [],
@@ -81,7 +82,10 @@ def _produce(ask: Asker, request, version: int) -> Verdict:
 def _fetch(ask: Asker, request, version: int) -> Verdict:
     replica_id = request.replica_state.replica_id if version >= 15 else request.get("replica_id", -1)
     if replica_id >= 0:  # a follower's fetch moves the high watermark: CLUSTER_ACTION (AUTH-3)
-        follower = ask.cluster(AclOperation.CLUSTER_ACTION)
+        # the switch re-creates CVE-2018-1288: a follower's fetch asked only what a consumer's asks
+        follower = ask.cluster(AclOperation.CLUSTER_ACTION) or (
+            ask.broker.config.kspec_bug_follower_fetch_without_cluster_action
+            and all(ask.topic(AclOperation.READ, ask.topic_name(t, "topic")) for t in request.topics))
         allowed = lambda name: follower  # noqa: E731
     else:
         allowed = lambda name: ask.topic(AclOperation.READ, name)  # noqa: E731

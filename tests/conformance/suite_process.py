@@ -28,7 +28,7 @@ class BugSwitch:
     """How one historical-bug switch of the reference (reference/config.py) is shown: the
     reference it needs, the suite test that observes it, the value that turns it on, and the
     timeouts of the reference it runs against."""
-    kind: str  # "single" or "cluster"
+    kind: str  # "single", "cluster" or "secure"
     test: str
     value: str = "true"
     overrides: dict[str, str] = field(default_factory=lambda: SLOW_FAILURE_DETECTION)
@@ -44,7 +44,22 @@ BUG_SWITCHES = {
     "kspec.bug.truncation": BugSwitch(
         "cluster", "test_a_follower_behind_on_the_high_watermark_keeps_acknowledged_records_through_two_leader_changes",
         value="hw", overrides=QUICK_FENCING),
+    "kspec.bug.acl.skip.produce": BugSwitch("secure", "test_denied_operations_are_refused_and_change_nothing"),
+    "kspec.bug.follower.fetch.without.cluster.action":
+        BugSwitch("secure", "test_a_client_cannot_act_as_a_replica_or_a_broker"),
 }
+# "secure": one node whose SASL_PLAINTEXT listener offers PLAIN (the administrator, a super user)
+# and SCRAM (the unprivileged users the security tests make), with the StandardAuthorizer
+SECURE_ADMIN_PASSWORD = "admin-secret"
+SECURE_PROPERTIES = {
+    "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+        f'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="{SECURE_ADMIN_PASSWORD}";',
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:admin",
+}
+SECURE_CLIENT = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "admin",
+                 "sasl.password": SECURE_ADMIN_PASSWORD}
 
 
 def run_suite(bootstrap: str, out_dir: Path, *extra: str) -> tuple[int, dict, str]:
@@ -62,8 +77,12 @@ def run_suite(bootstrap: str, out_dir: Path, *extra: str) -> tuple[int, dict, st
 def reference(kind: str, base_dir: Path, overrides: dict[str, str] | None = None):
     """A running reference, "single" (one node) or "cluster" (3 nodes): yields (bootstrap, the
     suite's extra arguments: node commands for a cluster)."""
-    assert kind in ("single", "cluster"), kind
-    if kind == "single":
+    assert kind in ("single", "cluster", "secure"), kind
+    if kind == "secure":
+        with BrokerProcess(str(base_dir / "broker"), listen="SASL_PLAINTEXT://127.0.0.1:0",
+                           overrides={**SECURE_PROPERTIES, **(overrides or {})}) as broker:
+            yield broker.bootstrap, [f"--client-property={k}={v}" for k, v in SECURE_CLIENT.items()]
+    elif kind == "single":
         with BrokerProcess(str(base_dir / "broker"), overrides=overrides) as broker:
             yield broker.bootstrap, []
     else:

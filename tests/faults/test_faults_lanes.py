@@ -69,7 +69,7 @@ def test_one_run_of_every_workload_gives_every_guarantee_a_status(namespaces_ava
     assert all(verdict["unchecked"][g].startswith("the streams lane was skipped") for g in EOS)
     lanes = json.loads((tmp_path / "run" / LANES_FILE).read_text())["lanes"]
     assert lanes["streams"]["dir"] is None and "quixstreams" in lanes["streams"]["skipped"]
-    for lane in ("txn", "groups", "acks1", "compact"):  # each a complete run of its own, on its own topics
+    for lane in ("txn", "groups", "acks1", "compact", "auth"):  # each a complete run of its own, on its own topics
         assert (tmp_path / "run" / LANES_DIR / lane / "history.parquet").exists()
         assert (tmp_path / "run" / "check" / "lanes" / lane / "verdict.json").exists()
     assert verdict["lanes"]["acks1"]["options"]["acks"] == "1"
