@@ -16,6 +16,7 @@ history is complete and checkable alone, as `kspec check` checks any run:
 | acks1 | acks=1, no idempotence (--acks 1) | DUR-2 |
 | compact | cleanup.policy=compact, small segments, tombstones | RET-1 |
 | streams | the Quix Streams exactly-once application (--workload quixstreams) | EOS-1, EOS-2 |
+| mirror | `kspec mirror` copying a topic into the same cluster, exactly once, killed -9 (faults/lane_mirror.py) | MIR-1, MIR-2, MIR-3 |
 
 The main lane is the run itself (faults/run.py): its history, run.json, results.json are in
 RUN/ as in any run, the Connect pipeline's in RUN/connect/. Every other lane writes
@@ -54,7 +55,7 @@ CONNECT_LANE = "connect"           # the Connect pipeline, in the main lane's fo
 KEYS_PER_LANE = 8                  # the queue workload's default: four topics of two partitions
 STREAMS_KEY_COUNT = 4              # as `--workload quixstreams`: two topics, so two state stores
 # lane -> its share of the run's --rate and --concurrency (weights)
-LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1}
+LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1, "mirror": 1}
 LANE_CHECKS = {
     "main": ("ORD-1", "ORD-2", "ORD-3", "DUR-1", "VIS-1", "VIS-2", "IDM-1", "REP-1", "REP-2", "PRO-1"),
     "connect": ("CON-1", "CON-3"),  # CON-2 needs exactly.once.source.support=enabled: see the note below
@@ -63,6 +64,7 @@ LANE_CHECKS = {
     "acks1": ("DUR-2",),
     "compact": ("RET-1",),
     "streams": ("EOS-1", "EOS-2"),
+    "mirror": ("MIR-1", "MIR-2", "MIR-3"),
 }
 # the compact lane's topics: segments rolled every 2 KiB or second, cleaned as soon as anything is
 # dirty, tombstones kept a minute (so the final reads must still see the last ones)
@@ -76,7 +78,7 @@ COMPACTION_BROKER_PROPERTIES = {"log.cleaner.backoff.ms": "1000"}
 class Lane:
     name: str
     workload: WorkloadOptions
-    kind: str = "queue"            # queue, subscribe (faults/subscribe.py) or quixstreams (faults/streams.py)
+    kind: str = "queue"            # queue, subscribe (faults/subscribe.py), quixstreams (faults/streams.py), mirror (faults/lane_mirror.py)
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -94,6 +96,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
         "acks1": {"acks": "1", "idempotence": False},
         "compact": {"topic_config": COMPACTED_TOPIC_CONFIG},
         "streams": {"key_count": STREAMS_KEY_COUNT},
+        "mirror": {},
     }
     lanes = []
     for position, (name, share) in enumerate(LANE_SHARES.items()):
@@ -101,7 +104,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
             base, **{"key_base": base.key_base + position * KEYS_PER_LANE, "key_count": KEYS_PER_LANE,
                      "rate_hz": base.rate_hz * share / total,
                      "concurrency": max(1, round(base.concurrency * share / total)), **changes[name]})
-        lanes.append(Lane(name, workload, {"groups": "subscribe", "streams": "quixstreams"}.get(name, "queue")))
+        lanes.append(Lane(name, workload, {"groups": "subscribe", "streams": "quixstreams", "mirror": "mirror"}.get(name, "queue")))
     return lanes
 
 
@@ -208,10 +211,18 @@ class SideLanes:
                 except StreamsUnavailable as e:
                     self.skipped[lane.name] = str(e)
                     continue
+            if lane.kind == "mirror" and client_properties:
+                from faults.lane_mirror import PLAINTEXT_ONLY
+                self.skipped[lane.name] = PLAINTEXT_ONLY
+                continue
             lane = dataclasses.replace(lane, workload=dataclasses.replace(lane.workload,
                                                                           client_properties=client_properties))
             lane_dir = out_dir / LANES_DIR / lane.name
             lane_dir.mkdir(parents=True)
+            if lane.kind == "mirror":
+                from faults.lane_mirror import MirrorLane
+                self.lanes.append(MirrorLane(lane, target, lane_dir, seed, app_kill_interval_s))
+                continue
             self.lanes.append(_SideLane(lane, target, lane_dir, seed, app_kill_interval_s))
         self._each(lambda side: side.workload.create_topics())
 

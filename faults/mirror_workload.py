@@ -200,6 +200,14 @@ class MirrorWorkload:
             self._start_mirror()
             self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
 
+    def completions(self) -> dict[str, int]:
+        """The run's counts: sends acked and failed, mirror kills, the group's polls."""
+        sends = list(self.sends)
+        return {"send-ok": sum(1 for s in sends if s["offset"] is not None),
+                "send-fail": sum(1 for s in sends if s["error"] is not None),
+                "mirror-kill": len(self.kills),
+                "group-poll": sum(1 for r in list(self.group_rows) if r["kind"] == "poll")}
+
     def stop_invoking(self) -> None:
         """No more sends and no more kills; a mirror that is down is started again."""
         self.stopping.set()
