@@ -555,8 +555,9 @@ class DistributedHerder(Herder):
                     urllib.request.urlopen(request, timeout=FENCING_TIMEOUT_S).close()
                     self.config_log.read_to_end()  # the leader's tasks-fencing record
                 return
-            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError) as e:
-                if stopping.is_set() or time.monotonic() > deadline:
+            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError, KafkaException) as e:
+                if isinstance(e, KafkaException) and not e.args[0].retriable() or stopping.is_set() \
+                        or time.monotonic() > deadline:
                     raise ConnectError(f"zombie fencing for connector {task_id.connector} failed: {e}") from e
                 log.info("task %s: zombie fencing not done yet (%s); trying again", task_id, e)
                 stopping.wait(FENCING_RETRY_BACKOFF_S)
