@@ -278,8 +278,9 @@ class SideLanes:
         for lane in self.planned:
             side = next((s for s in self.lanes if s.lane.name == lane.name), None)
             entry = {"dir": f"{LANES_DIR}/{lane.name}", "checks": list(lane.checks), "keys": _keys(lane.workload)}
-            if side is None:
-                entry = {**entry, "dir": None, "skipped": self.skipped.get(lane.name, "not run")}
+            if side is None or side.result.get("skipped"):  # not run, or (the mirror lane) no history recorded
+                entry = {**entry, "dir": None, "skipped": side.result["skipped"] if side else
+                         self.skipped.get(lane.name, "not run")}
             else:
                 entry.update({k: side.result.get(k) for k in ("completions", "final_reads_complete",
                                                               "workload_failures")})
