@@ -235,12 +235,12 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
         return producer
 
     def _retrying(self, call) -> None:
-        """call(timeout_s) again while it fails with a retriable error (the transaction coordinator
-        not available, moving, or unreachable while brokers are killed or cut off), until
+        """call(timeout_s) with the time left, and again while it fails with a retriable error
+        before that time is up (a transport failure while brokers are killed or cut off), until
         TRANSACTION_TIMEOUT_S past offset.flush.timeout.ms, as Kafka's producer retries
         InitProducerId and EndTxn within max.block.ms. librdkafka returns such errors to the
-        caller, marked retriable, for it to call again; failing the task on the first one left an
-        exactly-once source FAILED after a coordinator moved, for the rest of a faulted run."""
+        caller, marked retriable, for it to call again. An error at the deadline fails the task,
+        as in Kafka; the Connect pipeline of a fault run restarts FAILED tasks as an operator would."""
         deadline = time.monotonic() + self.worker.config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S
         while True:
             try:
