@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.request
 
+from confluent_kafka import KafkaException
 from kafka.coordinator.base import BaseCoordinator
 from kafka.net.compat import KafkaNetClient
 
@@ -44,6 +45,8 @@ log = logging.getLogger("connect.distributed")
 HERDER_TICK_S = 0.2
 JOIN_TIMEOUT_MS = 1000
 TASK_CONFIGS_POST_TIMEOUT_S = 30.0
+# the leader's wait for the config topic before it assigns (then CONFIG_MISMATCH: everyone rejoins)
+ASSIGN_CONFIG_READ_TIMEOUT_S = 3.0
 FENCING_TIMEOUT_S = 60.0        # a task waits this long for its zombie fencing, then FAILS
 FENCING_RETRY_BACKOFF_S = 0.5   # between attempts (no leader yet, a rebalance)
 # librdkafka client settings -> kafka-python keyword arguments, for the group membership client.
@@ -286,7 +289,11 @@ class DistributedHerder(Herder):
     def assign(self, leader_id: str, protocol_name: str, members: dict[str, protocol.WorkerState]) -> dict:
         """The leader's assignment (on the client's IO thread)."""
         max_offset = max(m.config_offset for m in members.values())
-        self.config_log.read_to_end()
+        if self.config_state.offset < max_offset:  # as Connect's leader: read on only when a member saw more
+            try:  # this runs on the client's IO thread: while it blocks, no heartbeat goes out
+                self.config_log.read_to_end(ASSIGN_CONFIG_READ_TIMEOUT_S)
+            except (TimeoutError, KafkaException) as e:
+                log.info("config topic not read to offset %d for the assignment (%s)", max_offset, e)
         offset = self.config_state.offset
         configured = self.config_state.configured_work()
         if offset < max_offset:  # a member has seen configs the leader cannot read yet
@@ -315,24 +322,32 @@ class DistributedHerder(Herder):
             self.running = set()
 
     def _apply_assignment(self) -> None:
+        """Apply the newest assignment. The reads it needs (the config topic up to the leader's
+        offset, the offsets topic for source tasks) come first and may time out while the
+        cluster is faulted: the assignment then stays pending and is applied at a later tick.
+        Marking its work running before it started would lose that work for good: the worker
+        reports it as its own in every later rebalance, so the leader never deals it again."""
         with self.lock:
             if self.pending_assignment is None:
                 return
             generation, member_id, protocol_name, a = self.pending_assignment
-            self.pending_assignment = None
-            self.status.generation = generation
-            self.leader_url, self.is_leader = a.leader_url, a.leader == member_id
-            self.sessioned = protocol_name == "sessioned"
             if a.error == protocol.CONFIG_MISMATCH:
+                self.pending_assignment = None
                 self.config_log.read_to_end()
                 self.coordinator.request_rejoin()
                 return
             if a.config_offset > self.config_state.offset:
                 self.config_log.read_to_end()
+            new = set(a.assigned) - (self.running - a.revoked)
+            if any(w.task != CONNECTOR_TASK for w in new):
+                self.offsets.log.read_to_end()  # a moved source task resumes from the latest committed offset
+            self.pending_assignment = None
+            self.status.generation = generation
+            self.leader_url, self.is_leader = a.leader_url, a.leader == member_id
+            self.sessioned = protocol_name == "sessioned"
             self._sync_views()
             self._stop_work(set(a.revoked))
             self.running -= a.revoked
-            new = set(a.assigned) - self.running
             self.running |= new
             self._start_work(new)
             log.info("generation %d: running %s (leader %s)", generation, sorted(map(str, self.running)),
@@ -387,6 +402,8 @@ class DistributedHerder(Herder):
 
     def _restart_work(self, works: set[Work]) -> None:
         self._stop_work(works)
+        if any(w.task != CONNECTOR_TASK for w in works):
+            self.offsets.log.read_to_end()  # the task resumes from the offsets its last instance committed
         self._start_work(works)
 
     def _stop_work(self, works: set[Work]) -> None:
@@ -396,8 +413,7 @@ class DistributedHerder(Herder):
                 self.worker.stop_connector(w.connector)
 
     def _start_work(self, works: set[Work]) -> None:
-        if any(w.task != CONNECTOR_TASK for w in works):
-            self.offsets.log.read_to_end()  # a moved source task resumes from the latest committed offset
+        """Start connectors and tasks; a caller starting a source task has read the offsets topic to its end."""
         for w in sorted(works):
             if w.connector not in self.configs:
                 continue
@@ -539,8 +555,9 @@ class DistributedHerder(Herder):
                     urllib.request.urlopen(request, timeout=FENCING_TIMEOUT_S).close()
                     self.config_log.read_to_end()  # the leader's tasks-fencing record
                 return
-            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError) as e:
-                if stopping.is_set() or time.monotonic() > deadline:
+            except (ConnectRestError, urllib.error.URLError, OSError, TimeoutError, KafkaException) as e:
+                if isinstance(e, KafkaException) and not e.args[0].retriable() or stopping.is_set() \
+                        or time.monotonic() > deadline:
                     raise ConnectError(f"zombie fencing for connector {task_id.connector} failed: {e}") from e
                 log.info("task %s: zombie fencing not done yet (%s); trying again", task_id, e)
                 stopping.wait(FENCING_RETRY_BACKOFF_S)

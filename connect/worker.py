@@ -33,6 +33,7 @@ SINK_POLL_TIMEOUT_S = 0.5
 SINK_BATCH_RECORDS_MAX = 500
 PAUSED_WAIT_S = 0.2
 TRANSACTION_TIMEOUT_S = 30.0  # added to offset.flush.timeout.ms for init and commit of a transaction
+TRANSACTION_RETRY_BACKOFF_S = 0.5  # between attempts of a transactional call that failed retriably
 
 
 @dataclass(frozen=True, order=True)
@@ -230,8 +231,27 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
         self.worker.before_exactly_once_producer(self.id, self.stopping)
         producer = self.worker.make_producer(
             self.id, transactional_id=task_transactional_id(config["group.id"], self.id.connector, self.id.task))
-        producer.init_transactions(config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S)
+        self._retrying(producer.init_transactions)
         return producer
+
+    def _retrying(self, call) -> None:
+        """call(timeout_s) with the time left, and again while it fails with a retriable error
+        before that time is up (a transport failure while brokers are killed or cut off), until
+        TRANSACTION_TIMEOUT_S past offset.flush.timeout.ms, as Kafka's producer retries
+        InitProducerId and EndTxn within max.block.ms. librdkafka returns such errors to the
+        caller, marked retriable, for it to call again. An error at the deadline fails the task,
+        as in Kafka; the Connect pipeline of a fault run restarts FAILED tasks as an operator would."""
+        deadline = time.monotonic() + self.worker.config.int("offset.flush.timeout.ms") / 1000 + TRANSACTION_TIMEOUT_S
+        while True:
+            try:
+                call(max(deadline - time.monotonic(), TRANSACTION_RETRY_BACKOFF_S))
+                return
+            except KafkaException as e:
+                error = e.args[0]
+                if not error.retriable() or time.monotonic() >= deadline or self.stopping.is_set():
+                    raise
+                log.info("task %s: %s failed retriably (%s); trying again", self.id, call.__name__, error.str())
+                self.stopping.wait(TRANSACTION_RETRY_BACKOFF_S)
 
     def send_batch(self, records) -> None:
         if not records:
@@ -243,7 +263,7 @@ class ExactlyOnceWorkerSourceTask(WorkerSourceTask):
                 self._send(record)
             for key, value in self.pending_offsets.items():
                 self.producer.produce(self.worker.config["offset.storage.topic"], key=key, value=value)
-            self.producer.commit_transaction(timeout_s)
+            self._retrying(self.producer.commit_transaction)
         except Exception:
             self.producer.abort_transaction(timeout_s)
             raise

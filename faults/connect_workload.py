@@ -5,7 +5,8 @@ started again. The cluster's brokers may be faulted meanwhile by faults/run.py's
 pipeline needs only their bootstrap list.
 
 The history folder (checked by spark_validation/connect.py, CON-1, CON-2, CON-3):
-- `connect.json`: the run (exactly once or not, the topic, the worker kills with their times);
+- `connect.json`: the run (exactly once or not, the topic, the worker kills with their times,
+  the FAILED tasks restarted through REST);
 - `connect-source.parquet`: every line appended to the source file (value, appended_ms);
 - `connect-topic.parquet`: the topic's records (partition, offset, value), read_committed when
   the source ran with exactly-once support;
@@ -52,6 +53,7 @@ CREATE_TIMEOUT_S = 60.0
 READ_TIMEOUT_S = 60.0
 POLL_S = 0.2
 APPEND_BATCH_LINES_MAX = 50
+FAILED_CHECK_S = 2.0  # while close() waits for the sink: how often FAILED tasks are looked for
 
 
 @dataclass(frozen=True)
@@ -139,13 +141,18 @@ class _Worker:
         self.process.stdout.close()
 
     def rest(self, method: str, path: str, body=None) -> int:
+        return self.rest_json(method, path, body)[0]
+
+    def rest_json(self, method: str, path: str, body=None) -> tuple[int, object]:
+        """(status, the answer's JSON or None)."""
         request = urllib.request.Request(self.url + path, method=method, headers={"Content-Type": "application/json"},
                                          data=None if body is None else json.dumps(body).encode())
         try:
             with urllib.request.urlopen(request, timeout=REST_TIMEOUT_S) as response:
-                return response.status
+                text = response.read()
+                return response.status, json.loads(text) if text else None
         except urllib.error.HTTPError as e:
-            return e.code
+            return e.code, None
 
 
 class ConnectPipeline:
@@ -158,6 +165,7 @@ class ConnectPipeline:
         self.source_path, self.sink_path = self.out_dir / "source.txt", self.out_dir / "sink.txt"
         self.appended: list[tuple[int, int]] = []  # (value, appended_ms)
         self.kills: list[dict] = []
+        self.task_restarts: list[dict] = []  # FAILED tasks restarted through REST, as an operator would
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
         self.workers: list[_Worker] = []
@@ -246,6 +254,7 @@ class ConnectPipeline:
     def _kill_and_restart(self) -> None:
         o = self.options
         while not self.stopping.wait(o.kill_interval_s):
+            self._restart_failed_tasks()
             if not self._restart_down_workers():  # one still down: no second victim meanwhile
                 continue
             victim = self.rng.choice(self.workers)
@@ -272,6 +281,29 @@ class ConnectPipeline:
             if self.kills and "restarted_ms" not in self.kills[-1]:
                 self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
         return all(worker.running for worker in self.workers)
+
+    def _restart_failed_tasks(self) -> None:
+        """Restart the connectors' FAILED tasks (POST /connectors/<name>/restart?includeTasks=true&onlyFailed=true),
+        as an operator watching the status would: Connect leaves a failed task failed, and under
+        broker faults an exactly-once source task fails when its transaction coordinator stays
+        unavailable longer than its producer waits (KIP-618: as Kafka's ExactlyOnceWorkerSourceTask
+        when initTransactions or commitTransaction time out)."""
+        for name in ("source", "sink"):
+            running = [w for w in self.workers if w.running]
+            if not running:
+                return
+            worker = self.rng.choice(running)
+            try:
+                status, body = worker.rest_json("GET", f"/connectors/{name}/status")
+                failed = [t["id"] for t in (body or {}).get("tasks", []) if t.get("state") == "FAILED"] \
+                    if status == 200 else []
+                if failed and worker.rest("POST", f"/connectors/{name}/restart?includeTasks=true&onlyFailed=true") \
+                        in (202, 204):
+                    self.task_restarts.append({"connector": name, "tasks": failed,
+                                               "restarted_ms": int(time.time() * 1000)})
+                    log.info("connector %s: FAILED task(s) %s restarted", name, failed)
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                log.info("connector %s: status not read (%s); later", name, e)
 
     def stop_invoking(self) -> None:
         """No more lines and no more kills; a worker that is down is started again (again in
@@ -302,7 +334,11 @@ class ConnectPipeline:
         deadline = time.monotonic() + settle_timeout_s
         while not self._restart_down_workers() and time.monotonic() < deadline:
             time.sleep(POLL_S)
+        next_check_s = time.monotonic()
         while not wanted <= set(self._sink_values()) and time.monotonic() < deadline:
+            if time.monotonic() >= next_check_s:
+                self._restart_failed_tasks()
+                next_check_s = time.monotonic() + FAILED_CHECK_S
             time.sleep(POLL_S)
         for worker in self.workers:
             worker.stop()
@@ -314,7 +350,8 @@ class ConnectPipeline:
         pq.write_table(pa.Table.from_pylist(sink_rows, schema=SINK_SCHEMA), self.out_dir / SINK_FILE)
         (self.out_dir / CONNECT_FILE).write_text(json.dumps({
             "topic": self.options.topic, "exactly_once": self.options.exactly_once,
-            "workers": self.options.workers, "kills": self.kills, "lines": len(self.appended)}, indent=2) + "\n")
+            "workers": self.options.workers, "kills": self.kills, "task_restarts": self.task_restarts,
+            "lines": len(self.appended)}, indent=2) + "\n")
         return self.out_dir
 
     def _read_topic(self) -> list[dict]:

@@ -10,13 +10,14 @@ history is complete and checkable alone, as `kspec check` checks any run:
 | lane | workload | checks |
 |---|---|---|
 | main | the queue workload (assign, acks=all, idempotent) | ORD-*, DUR-1, VIS-*, IDM-1, REP-*, PRO-1 |
-| (main) | beside it the Connect pipeline, at least once as `--workload connect` runs it, in RUN/connect/ (a "connect" lane skipped, with why, when it does not start) | CON-1, CON-3 |
+| (main) | beside it the Connect pipeline with exactly.once.source.support=enabled (`--workload connect` runs it at least once), in RUN/connect/ (a "connect" lane skipped, with why, when it does not start) | CON-1, CON-2, CON-3 |
 | txn | transactions of sends and polls (--txn) | TXN-1, TXN-2 |
 | groups | subscribe mode, one group (--sub-via subscribe) | GRP-1, GRP-2, GRP-3 |
 | acks1 | acks=1, no idempotence (--acks 1) | DUR-2 |
 | compact | cleanup.policy=compact, small segments, tombstones | RET-1 |
 | streams | the Quix Streams exactly-once application (--workload quixstreams) | EOS-1, EOS-2 |
 | auth | probes of a SASL listener with ACLs: before authentication, denied operations, a client as a replica or controller (faults/lane_auth.py) | AUTH-1, AUTH-2, AUTH-3 |
+| mirror | `kspec mirror` copying a topic into the same cluster, exactly once, killed -9 (faults/lane_mirror.py) | MIR-1, MIR-2, MIR-3 |
 
 The main lane is the run itself (faults/run.py): its history, run.json, results.json are in
 RUN/ as in any run, the Connect pipeline's in RUN/connect/. Every other lane writes
@@ -28,11 +29,9 @@ flips in every lane's history (FanOutRecorder): the acks=1 check judges losses b
 replica audit's PRO-1 by the malformed bursts. `kspec check RUN` checks every lane and merges
 the verdicts (spark_validation/lanes.py).
 
-Left out, and why: CON-2 (the pipeline runs at least once: with exactly.once.source.support
-enabled under these faults its source connector stopped after its first batch of 200 lines,
-which wants its own investigation before a lanes run relies on it); the replica audit of the
-compact lane (its records' Kafka keys are 16 bytes and its tombstones have no value, which the
-audit, reading 8-byte longs, would take for records no client sent).
+Left out, and why: the replica audit of the compact lane (its records' Kafka keys are 16 bytes
+and its tombstones have no value, which the audit, reading 8-byte longs, would take for records
+no client sent).
 """
 from __future__ import annotations
 
@@ -55,18 +54,19 @@ CONNECT_LANE = "connect"           # the Connect pipeline, in the main lane's fo
 KEYS_PER_LANE = 8                  # the queue workload's default: four topics of two partitions
 STREAMS_KEY_COUNT = 4              # as `--workload quixstreams`: two topics, so two state stores
 # lane -> its share of the run's --rate and --concurrency (weights)
-LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1, "auth": 1}
+LANE_SHARES = {"main": 3, "txn": 2, "groups": 2, "acks1": 1, "compact": 1, "streams": 1, "auth": 1, "mirror": 1}
 LANE_CHECKS = {
     "main": ("ORD-1", "ORD-2", "ORD-3", "DUR-1", "VIS-1", "VIS-2", "IDM-1", "REP-1", "REP-2", "PRO-1"),
-    "connect": ("CON-1", "CON-3"),  # CON-2 needs exactly.once.source.support=enabled: see the note below
+    "connect": ("CON-1", "CON-2", "CON-3"),
     "txn": ("TXN-1", "TXN-2"),
     "groups": ("GRP-1", "GRP-2", "GRP-3"),
     "acks1": ("DUR-2",),
     "compact": ("RET-1",),
     "streams": ("EOS-1", "EOS-2"),
     "auth": ("AUTH-1", "AUTH-2", "AUTH-3"),
+    "mirror": ("MIR-1", "MIR-2", "MIR-3"),
 }
-LANE_KINDS = {"groups": "subscribe", "streams": "quixstreams", "auth": "auth"}  # the others: queue
+LANE_KINDS = {"groups": "subscribe", "streams": "quixstreams", "auth": "auth", "mirror": "mirror"}  # the others: queue
 # the compact lane's topics: segments rolled every 2 KiB or second, cleaned as soon as anything is
 # dirty, tombstones kept a minute (so the final reads must still see the last ones)
 COMPACTED_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "2048", "segment.ms": "1000",
@@ -79,7 +79,7 @@ COMPACTION_BROKER_PROPERTIES = {"log.cleaner.backoff.ms": "1000"}
 class Lane:
     name: str
     workload: WorkloadOptions
-    kind: str = "queue"            # queue, subscribe (faults/subscribe.py), quixstreams (faults/streams.py), auth
+    kind: str = "queue"            # queue, subscribe (faults/subscribe.py), quixstreams (faults/streams.py), auth, mirror (faults/lane_mirror.py)
 
     @property
     def checks(self) -> tuple[str, ...]:
@@ -98,6 +98,7 @@ def plan(base: WorkloadOptions) -> list[Lane]:
         "compact": {"topic_config": COMPACTED_TOPIC_CONFIG},
         "streams": {"key_count": STREAMS_KEY_COUNT},
         "auth": {"key_count": 4},  # its topics A and B (faults/lane_auth.py)
+        "mirror": {},
     }
     lanes = []
     for position, (name, share) in enumerate(LANE_SHARES.items()):
@@ -219,10 +220,18 @@ class SideLanes:
             if lane.kind == "auth" and (why := lane_auth.unavailable(target)):
                 self.skipped[lane.name] = why
                 continue
+            if lane.kind == "mirror" and client_properties:
+                from faults.lane_mirror import PLAINTEXT_ONLY
+                self.skipped[lane.name] = PLAINTEXT_ONLY
+                continue
             lane = dataclasses.replace(lane, workload=dataclasses.replace(lane.workload,
                                                                           client_properties=client_properties))
             lane_dir = out_dir / LANES_DIR / lane.name
             lane_dir.mkdir(parents=True)
+            if lane.kind == "mirror":
+                from faults.lane_mirror import MirrorLane
+                self.lanes.append(MirrorLane(lane, target, lane_dir, seed, app_kill_interval_s))
+                continue
             self.lanes.append(_SideLane(lane, target, lane_dir, seed, app_kill_interval_s))
         self._each(lambda side: side.workload.create_topics())
 
@@ -244,7 +253,7 @@ class SideLanes:
         return any(side.lane.workload.txn for side in self.lanes)
 
     def start(self) -> None:
-        self._each(_SideLane.start)
+        self._each(lambda side: side.start())
 
     def stop_invoking(self) -> None:
         for side in self.lanes:
@@ -285,8 +294,9 @@ class SideLanes:
         for lane in self.planned:
             side = next((s for s in self.lanes if s.lane.name == lane.name), None)
             entry = {"dir": f"{LANES_DIR}/{lane.name}", "checks": list(lane.checks), "keys": _keys(lane.workload)}
-            if side is None:
-                entry = {**entry, "dir": None, "skipped": self.skipped.get(lane.name, "not run")}
+            if side is None or side.result.get("skipped"):  # not run, or (the mirror lane) no history recorded
+                entry = {**entry, "dir": None, "skipped": side.result["skipped"] if side else
+                         self.skipped.get(lane.name, "not run")}
             else:
                 entry.update({k: side.result.get(k) for k in ("completions", "final_reads_complete",
                                                               "workload_failures")})

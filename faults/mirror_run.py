@@ -103,7 +103,7 @@ def run_mirror(options, out_dir: Path, progress: Callable = lambda status: None)
         workload.start()
         cleanup.callback(lambda: workload.mirror and workload.mirror.poll() is None and workload.mirror.kill())
         cleanup.callback(workload.stopping.set)  # its threads end however the run ends
-        progress(Status("mirror start", 0.0, options.time_limit_s, 0.0, _completions(workload), {}))
+        progress(Status("mirror start", 0.0, options.time_limit_s, 0.0, workload.completions(), {}))
         if not workload.wait_copying():  # the main phase (and its clock) starts once the mirror copies
             raise RunError(f"the mirror did not copy within {COPYING_TIMEOUT_S:.0f} s; see {out_dir / 'mirror.log'}")
         started_s, sent_before = time.monotonic(), _sent(workload)
@@ -114,7 +114,7 @@ def run_mirror(options, out_dir: Path, progress: Callable = lambda status: None)
                     _record_processes(network, clusters)
                 progress(Status("main", elapsed_s, options.time_limit_s,
                                 (_sent(workload) - sent_before) / max(elapsed_s, 1e-3),
-                                _completions(workload), dict(nemesis.active)))
+                                workload.completions(), dict(nemesis.active)))
                 time.sleep(TICK_S)
             main_ops_per_s = (_sent(workload) - sent_before) / (time.monotonic() - started_s)
         finally:
@@ -123,10 +123,10 @@ def run_mirror(options, out_dir: Path, progress: Callable = lambda status: None)
                 nemesis.apply(action, package)
             workload.stop_invoking()
         _record_processes(network, clusters)
-        progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0, _completions(workload), {}))
+        progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0, workload.completions(), {}))
         workload.close(options.final_read_timeout_s + options.quiet_s)
         result = RunResult(out_dir, "netns", "the link between the clusters is cut with network namespaces",
-                           _completions(workload), main_ops_per_s, workload.caught_up, None,
+                           workload.completions(), main_ops_per_s, workload.caught_up, None,
                            [] if workload.caught_up else
                            [f"the mirror's progress did not cover every acked send within "
                             f"{options.final_read_timeout_s + options.quiet_s:.0f} s"])
@@ -239,14 +239,6 @@ class LinkNemesis:
 
 def _sent(workload: MirrorWorkload) -> int:
     return len(workload.sends)
-
-
-def _completions(workload: MirrorWorkload) -> dict[str, int]:
-    sends = list(workload.sends)
-    return {"send-ok": sum(1 for s in sends if s["offset"] is not None),
-            "send-fail": sum(1 for s in sends if s["error"] is not None),
-            "mirror-kill": len(workload.kills),
-            "group-poll": sum(1 for r in list(workload.group_rows) if r["kind"] == "poll")}
 
 
 def _write_results(out_dir: Path, options, result, workload: MirrorWorkload) -> None:

@@ -189,7 +189,7 @@ class MirrorWorkload:
         while not self.stopping.is_set():
             copied_before = max(self.progress_copied, sum((self._progress(config) or {}).values()))
             while self.progress_copied <= copied_before and not self.stopping.wait(PROGRESS_SAMPLE_S):
-                pass
+                self._restart_exited()
             if self.stopping.wait(self.rng.uniform(0, o.kill_interval_s)):
                 break
             self.mirror.kill()
@@ -199,6 +199,21 @@ class MirrorWorkload:
                 break
             self._start_mirror()
             self.kills[-1]["restarted_ms"] = int(time.time() * 1000)
+
+    def completions(self) -> dict[str, int]:
+        """The run's counts: sends acked and failed, mirror kills, the group's polls."""
+        sends = list(self.sends)
+        return {"send-ok": sum(1 for s in sends if s["offset"] is not None),
+                "send-fail": sum(1 for s in sends if s["error"] is not None),
+                "mirror-kill": len(self.kills),
+                "group-poll": sum(1 for r in list(self.group_rows) if r["kind"] == "poll")}
+
+    def _restart_exited(self) -> None:
+        """A mirror that exited by itself (e.g. its start-up failed while a broker did not answer)
+        is started again, as an operator's supervisor would; it is logged in mirror.log."""
+        if self.mirror.poll() is not None:
+            log.warning("the mirror exited (status %s); starting it again", self.mirror.returncode)
+            self._start_mirror()
 
     def stop_invoking(self) -> None:
         """No more sends and no more kills; a mirror that is down is started again."""

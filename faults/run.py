@@ -271,6 +271,7 @@ def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path, lanes)
         return None
     pipeline = ConnectPipeline(target.bootstrap, out_dir / CONNECT_DIR, ConnectWorkloadOptions(
         kill_interval_s=options.interval_s, replication_factor=options.workload.replication_factor,
+        exactly_once=options.workload_name == LANES_WORKLOAD,  # a lanes run checks every guarantee: CON-2 too
         client_properties=tuple(options.workload.client_properties.items())), options.seed)
     from confluent_kafka import KafkaException
     try:

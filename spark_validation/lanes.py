@@ -8,7 +8,7 @@ RUN/check/lanes/<lane>/. The merged verdict, in RUN/check/, is by guarantee id:
 - violated when any lane violated it;
 - held when some lane checked it and none violated it;
 - not checked only when no lane checked it, with the reason: the lane meant for it was skipped
-  (and why), a guarantee no fault run checks (MIR-*: FAULT_RUN_UNCHECKED), or what
+  (and why), a guarantee no fault run checks (none today: FAULT_RUN_UNCHECKED), or what
   the lanes' own verdicts said. So the acks1 lane's "DUR-1 not checked: acks=1" does not hide
   the main lane's DUR-1.
 
@@ -36,15 +36,14 @@ from spark_validation.connect import check_connect, is_connect_history
 from spark_validation.eos import add_to_verdict as add_eos_to_verdict
 from spark_validation.eos import check_eos, is_streams_history
 from spark_validation.lag import LAG_SCHEMA
+from spark_validation.mirror import is_mirror_history
+from spark_validation.mirror_lane import check_mirror_lane
 from spec.catalogue import CATALOGUE
 
 LANES_CHECK_DIR = "lanes"         # RUN/check/lanes/<lane>/: each lane's own verdict and anomalies
 LANE_COLUMN = "lane"
-# guarantees a fault run on one plaintext cluster cannot check, and what does
-FAULT_RUN_UNCHECKED = {
-    **{g: "needs the mirror run: two clusters and a mirror flow (`kspec mirror record`, then `kspec check` "
-          "of its folder)" for g in ("MIR-1", "MIR-2", "MIR-3")},
-}
+# guarantees no lane of a fault run checks, and what does: none since the auth and mirror lanes
+FAULT_RUN_UNCHECKED: dict[str, str] = {}
 
 
 def is_lanes_run(path: Path) -> bool:
@@ -59,6 +58,8 @@ def check_folder(history: Path, out_dir: Path, session: Callable[[], SparkSessio
     Raises checker.HistoryError for a folder that holds no history."""
     if is_auth_history(history):  # the auth lane: AUTH-1..3 from its probes (spark_validation/auth.py)
         return CheckResult(*check_auth(history), LAG_SCHEMA.empty_table())
+    if is_mirror_history(history):  # the mirror lane (faults/lane_mirror.py): MIR-1..3
+        return check_mirror_lane(session(), history)
     parquet_path, options = resolve_history(history, out_dir, session)
     spark = session()
     on_session(spark, parquet_path)
@@ -144,7 +145,7 @@ def merge(verdicts: dict[str, dict], meant_for: dict[str, list[str]], skipped: d
                   for lane, v in verdicts.items()}
         | {lane: {"skipped": why} for lane, why in skipped.items()},
     }
-    for summary in ("eos", "connect"):  # the stream processor's and the Connect pipeline's figures
+    for summary in ("eos", "connect", "mirror"):  # the stream processor's and the Connect pipeline's figures
         for v in verdicts.values():
             if summary in v:
                 merged[summary] = v[summary]

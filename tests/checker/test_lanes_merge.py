@@ -42,13 +42,12 @@ def test_an_unchecked_lane_does_not_hide_another_lanes_finding():
 
 def test_what_no_lane_checked_is_unchecked_with_the_reason():
     merged = merge({"main": verdict(held=["ORD-1"], unchecked={"PRO-1": "the run had no malformed nemesis"})},
-                   {"main": ["ORD-1", "PRO-1"], "streams": ["EOS-1", "EOS-2"]},
-                   {"streams": "no Python with quixstreams"})
+                   {"main": ["ORD-1", "PRO-1"], "streams": ["EOS-1", "EOS-2"], "mirror": ["MIR-1", "MIR-2", "MIR-3"]},
+                   {"streams": "no Python with quixstreams", "mirror": "its clients connect PLAINTEXT"})
     assert merged["unchecked"]["EOS-1"] == "the streams lane was skipped: no Python with quixstreams"
     assert merged["unchecked"]["PRO-1"] == "main lane: the run had no malformed nemesis"
-    for guarantee_id in FAULT_RUN_UNCHECKED:
-        assert merged["unchecked"][guarantee_id] == FAULT_RUN_UNCHECKED[guarantee_id]
     assert merged["unchecked"]["AUTH-1"] == "no lane checks it"  # the auth lane planned for it is not in this run
+    assert merged["unchecked"]["MIR-3"] == "the mirror lane was skipped: its clients connect PLAINTEXT"
     assert set(merged["guarantees"]) | set(merged["unchecked"]) == set(CATALOGUE), "every guarantee has a status"
     assert merged["lanes"]["streams"] == {"skipped": "no Python with quixstreams"}
 
