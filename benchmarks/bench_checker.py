@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +43,7 @@ from spark_validation.checker import CHECKS, run_checks
 from spark_validation.linearizability import LogOp, verify, wgl_search
 from spark_validation.options import RunOptions
 from spark_validation.session import spark_session
-from spec.history import HISTORY_SCHEMA, write_history
+from spec.history import HISTORY_SCHEMA, ROW_GROUP_ROWS
 
 MASTER = "local[2]"
 PARTITIONS = 32
@@ -60,89 +61,135 @@ SAMPLE_S = 0.2  # how often the memory of the Spark run is sampled
 
 
 # -- synthetic history --------------------------------------------------------------------------
-def generate(n_ops: int, seed: int = 1, txn_only: bool = False) -> pa.Table:
-    """A clean history of n_ops client ops (plus assigns and final polls) in HISTORY_SCHEMA."""
+CHUNK_OPS = 1_000_000  # ops generated (and written as row groups) at a time: memory does not grow with the history
+
+
+class _Carried:
+    """What a chunk of the synthetic history needs from the chunks before it, all per partition
+    (consumer p reads partition p): records sent so far, the sends of the last LATENCY_NS_MAX
+    (a poll reads only sends invoked that long before it), where each consumer has read up to,
+    and the values from there on (the next poll reads them)."""
+
+    def __init__(self):
+        self.sent = np.zeros(PARTITIONS, np.int64)
+        self.recent_part = np.zeros(0, np.int64)
+        self.recent_invoke_ns = np.zeros(0, np.int64)
+        self.read_upto = np.zeros(PROCESSES, np.int64)
+        self.unread = [np.zeros(0, np.int64) for _ in range(PARTITIONS)]  # values at offsets read_upto[p]..sent[p]
+
+
+def generate(n_ops: int, seed: int = 1, txn_only: bool = False, chunk_ops: int = CHUNK_OPS) -> Iterator[pa.Table]:
+    """A clean history of n_ops client ops (plus assigns and final polls) in HISTORY_SCHEMA, in index
+    order, chunk_ops ops at a time."""
     rng = np.random.default_rng(seed)
-    kind = np.full(n_ops, TXN) if txn_only else rng.choice(3, n_ops, p=SHARES)
-    process = np.arange(n_ops) % PROCESSES
-    invoke_ns = (np.arange(n_ops, dtype=np.int64) + 1) * STEP_NS
-    complete_ns = invoke_ns + rng.integers(1, LATENCY_NS_MAX, n_ops)
+    carried = _Carried()
+    for first in range(0, n_ops, chunk_ops):
+        yield _chunk(rng, carried, first, min(first + chunk_ops, n_ops), n_ops, txn_only)
+
+
+def _chunk(rng: np.random.Generator, carried: _Carried, first: int, end: int, n_ops: int,
+           txn_only: bool) -> pa.Table:
+    """Ops [first, end) of the history; the assigns with the first chunk, the final polls with the last."""
+    n = end - first
+    ops = np.arange(first, end)
+    kind = np.full(n, TXN) if txn_only else rng.choice(3, n, p=SHARES)
+    process = ops % PROCESSES
+    invoke_ns = (ops.astype(np.int64) + 1) * STEP_NS
+    complete_ns = invoke_ns + rng.integers(1, LATENCY_NS_MAX, n)
     base = 2 * PROCESSES  # the assign records come first
 
-    send_ops = np.flatnonzero(kind != POLL)
-    send_part = rng.integers(0, PARTITIONS, len(send_ops))
-    order = np.lexsort((send_ops, send_part))
+    send_at = np.flatnonzero(kind != POLL)  # positions in the chunk
+    send_part = rng.integers(0, PARTITIONS, len(send_at))
+    order = np.lexsort((send_at, send_part))
     counts = np.bincount(send_part, minlength=PARTITIONS)
     start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    offset = np.empty(len(send_ops), np.int64)
-    offset[order] = np.arange(len(send_ops)) - start[send_part[order]]
-    value = send_ops.astype(np.int64) + 1
-    by_offset = np.empty(len(send_ops), np.int64)
-    by_offset[start[send_part] + offset] = value
+    offset = np.empty(len(send_at), np.int64)
+    offset[order] = np.arange(len(send_at)) - start[send_part[order]] + carried.sent[send_part[order]]
+    value = ops[send_at].astype(np.int64) + 1
+    # per partition, the values a poll may read: those not yet read, then this chunk's in offset order
+    unread = carried.unread
+    readable = [np.concatenate([unread[k], value[order][start[k]:start[k] + counts[k]]]) for k in range(PARTITIONS)]
+    readable_start = np.concatenate([[0], np.cumsum([len(r) for r in readable])[:-1]])
+    readable_values = np.concatenate(readable)
+
+    def value_at(part: np.ndarray, offset_: np.ndarray) -> np.ndarray:
+        if len(readable_values) == 0:
+            return np.full(len(part), -1, np.int64)
+        at = readable_start[part] + offset_ - carried.read_upto[part]
+        return readable_values[np.clip(at, 0, len(readable_values) - 1)]
 
     # a consumer reads what was certainly acked: every send invoked a full latency before its poll
-    poll_ops = np.flatnonzero(kind != SEND)
-    poll_part = process[poll_ops] % PARTITIONS
-    keys = send_part[order].astype(np.int64) * (1 << 42) + invoke_ns[send_ops[order]]
-    upto = np.searchsorted(keys, poll_part * (1 << 42) + invoke_ns[poll_ops] - LATENCY_NS_MAX) - start[poll_part]
-    by_process = np.lexsort((poll_ops, process[poll_ops]))
-    sorted_proc, sorted_upto = process[poll_ops][by_process], upto[by_process]
+    poll_at = np.flatnonzero(kind != SEND)
+    poll_part = process[poll_at] % PARTITIONS
+    recent_n = np.bincount(carried.recent_part, minlength=PARTITIONS)
+    key_part = np.concatenate([carried.recent_part, send_part])
+    keys = np.sort(key_part * (1 << 42) + np.concatenate([carried.recent_invoke_ns, invoke_ns[send_at]]))
+    key_start = np.searchsorted(keys, np.arange(PARTITIONS) * (1 << 42))
+    upto = (np.searchsorted(keys, poll_part * (1 << 42) + invoke_ns[poll_at] - LATENCY_NS_MAX) - key_start[poll_part]
+            + carried.sent[poll_part] - recent_n[poll_part])
+    by_process = np.lexsort((poll_at, process[poll_at]))
+    sorted_proc, sorted_upto = process[poll_at][by_process], upto[by_process]
     prev = np.concatenate([[0], sorted_upto[:-1]])
-    prev[np.concatenate([[True], sorted_proc[1:] != sorted_proc[:-1]])] = 0
+    first_poll = np.concatenate([[True], sorted_proc[1:] != sorted_proc[:-1]])
+    prev[first_poll] = carried.read_upto[sorted_proc[first_poll]]
     begin = np.empty_like(upto)
     begin[by_process] = prev
-    last_upto = np.zeros(PROCESSES, np.int64)
-    last_upto[sorted_proc] = sorted_upto  # the last assignment per process wins
-    final_begin, final_end = last_upto, counts[np.arange(PROCESSES) % PARTITIONS]
+    read_upto = carried.read_upto.copy()
+    read_upto[sorted_proc] = np.maximum(sorted_upto, prev)  # the last poll per process wins
+    sent = carried.sent + counts
 
-    n_final = PROCESSES
-    final_index = base + 2 * n_ops + 2 * np.arange(n_final) + 1
-    final_time = (n_ops + 10 + np.arange(n_final, dtype=np.int64)) * STEP_NS
-
+    last = end == n_ops
+    procs = np.arange(PROCESSES)
+    final_index = base + 2 * n_ops + 2 * procs + 1
+    final_time = (n_ops + 10 + procs.astype(np.int64)) * STEP_NS
     columns: dict[str, list[np.ndarray]] = {c: [] for c in HISTORY_SCHEMA.names}
 
     def add(index, seq, proc, typ, f, time_ns, inv_ns, mop_index, mop_f, part, value_, offset_):
-        n = len(index)
+        rows_ = len(index)
         for name, column in (("index", index), ("seq", seq), ("process", proc), ("type", typ), ("f", f),
                              ("time_ns", time_ns), ("invoke_time_ns", inv_ns), ("mop_index", mop_index),
                              ("mop_f", mop_f), ("partition", part), ("value", value_), ("offset", offset_)):
-            columns[name].append(np.broadcast_to(np.asarray(column), (n,)))
+            columns[name].append(np.broadcast_to(np.asarray(column), (rows_,)))
 
     f_code = np.array([0, 1, 2])[kind]  # f dictionary: send, poll, txn, assign
-    # assigns: invoke and ok per process
-    procs = np.arange(PROCESSES)
-    add(2 * procs, 0, procs, 0, 3, procs + 1, procs + 1, -1, -1, -1, -1, -1)
-    add(2 * procs + 1, 0, procs, 1, 3, procs + 2, procs + 1, -1, -1, procs % PARTITIONS, -1, -1)
+    if first == 0:  # assigns: invoke and ok per process
+        add(2 * procs, 0, procs, 0, 3, procs + 1, procs + 1, -1, -1, -1, -1, -1)
+        add(2 * procs + 1, 0, procs, 1, 3, procs + 2, procs + 1, -1, -1, procs % PARTITIONS, -1, -1)
     # invocations: one row each
-    ops = np.arange(n_ops)
     add(base + 2 * ops, 0, process, 0, f_code, invoke_ns, invoke_ns, 0, np.where(kind == SEND, 0, 1), -1, -1, -1)
-    # polls (of poll and txn ops, and the final polls): one row per record, or one empty row
-    p_begin = np.concatenate([begin, final_begin])
-    p_end = np.concatenate([np.maximum(upto, begin), final_end])
-    p_index = np.concatenate([base + 2 * poll_ops + 1, final_index])
-    p_proc = np.concatenate([process[poll_ops], procs])
-    p_f = np.concatenate([f_code[poll_ops], np.ones(n_final, np.int64)])
-    p_time = np.concatenate([complete_ns[poll_ops], final_time + STEP_NS // 2])
-    p_inv = np.concatenate([invoke_ns[poll_ops], final_time])
-    p_part = np.concatenate([poll_part, procs % PARTITIONS])
+    # polls (of poll and txn ops, and the final polls of the last chunk): one row per record, or one empty row
+    finals = procs if last else procs[:0]
+    p_begin = np.concatenate([begin, read_upto[finals]])
+    p_end = np.concatenate([np.maximum(upto, begin), sent[finals % PARTITIONS]])
+    p_index = np.concatenate([base + 2 * ops[poll_at] + 1, final_index[finals]])
+    p_proc = np.concatenate([process[poll_at], finals])
+    p_f = np.concatenate([f_code[poll_at], np.ones(len(finals), np.int64)])
+    p_time = np.concatenate([complete_ns[poll_at], final_time[finals] + STEP_NS // 2])
+    p_inv = np.concatenate([invoke_ns[poll_at], final_time[finals]])
+    p_part = np.concatenate([poll_part, finals % PARTITIONS])
     n_records = p_end - p_begin
     rows = np.maximum(n_records, 1)
     owner = np.repeat(np.arange(len(rows)), rows)
     within = np.arange(rows.sum()) - np.repeat(np.cumsum(rows) - rows, rows)
     has = np.repeat(n_records > 0, rows)
     rec_offset = np.where(has, p_begin[owner] + within, -1)
-    rec_value = np.where(has, by_offset[np.minimum(start[p_part[owner]] + np.maximum(rec_offset, 0),
-                                                   len(by_offset) - 1)], -1)
+    rec_value = np.where(has, value_at(p_part[owner], np.maximum(rec_offset, 0)), -1)
     add(p_index[owner], within, p_proc[owner], 1, p_f[owner], p_time[owner], p_inv[owner], 0, 1,
         np.where(has, p_part[owner], -1), rec_value, rec_offset)
     # sends (of send and txn ops): after the poll rows of a txn
-    txn_rows = np.zeros(n_ops, np.int64)
-    txn_rows[poll_ops] = rows[:len(poll_ops)]
+    txn_rows = np.zeros(n, np.int64)
+    txn_rows[poll_at] = rows[:len(poll_at)]
     txn_rows[kind == SEND] = 0
-    add(base + 2 * send_ops + 1, txn_rows[send_ops], process[send_ops], 1, f_code[send_ops], complete_ns[send_ops],
-        invoke_ns[send_ops], np.where(kind[send_ops] == TXN, 1, 0), 0, send_part, value, offset)
-    # final poll invocations
-    add(final_index - 1, 0, procs, 0, 1, final_time, final_time, 0, 1, -1, -1, -1)
+    add(base + 2 * ops[send_at] + 1, txn_rows[send_at], process[send_at], 1, f_code[send_at], complete_ns[send_at],
+        invoke_ns[send_at], np.where(kind[send_at] == TXN, 1, 0), 0, send_part, value, offset)
+    if last:  # final poll invocations
+        add(final_index - 1, 0, procs, 0, 1, final_time, final_time, 0, 1, -1, -1, -1)
+
+    # what the next chunk needs
+    keep = invoke_ns[send_at] >= invoke_ns[-1] - LATENCY_NS_MAX
+    carried.recent_part, carried.recent_invoke_ns = send_part[keep], invoke_ns[send_at][keep]
+    carried.unread = [readable[k][read_upto[k] - carried.read_upto[k]:] for k in range(PARTITIONS)]
+    carried.sent, carried.read_upto = sent, read_upto
 
     data = {name: np.concatenate(parts) for name, parts in columns.items() if parts}
     order = np.lexsort((data["seq"], data["index"]))
@@ -329,8 +376,12 @@ class MemorySampler(threading.Thread):
             time.sleep(SAMPLE_S)
 
 
-def write_generated(n_ops: int, path: Path, txn_only: bool = False) -> None:
-    write_history(generate(n_ops, seed=2 if txn_only else 1, txn_only=txn_only), path)
+def write_generated(n_ops: int, path: Path, txn_only: bool = False, chunk_ops: int = CHUNK_OPS) -> None:
+    """The synthetic history written chunk by chunk (row groups of ROW_GROUP_ROWS, as write_history)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, HISTORY_SCHEMA, compression="zstd") as writer:
+        for table in generate(n_ops, seed=2 if txn_only else 1, txn_only=txn_only, chunk_ops=chunk_ops):
+            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
 
 
 def generated(n_ops: int, work: Path, txn_only: bool = False) -> Path:

@@ -97,6 +97,13 @@ def read_ipc(payload: bytes) -> pa.Table:
     return pa.ipc.open_stream(payload).read_all()
 
 
+def release_memory() -> None:
+    """Return what a task freed to the system: Python workers are reused (session.py), and one
+    that waits for its next task should not hold the last one's partitions while the driver
+    runs the cycle search."""
+    pa.default_memory_pool().release_unused()
+
+
 def _codes(column: pa.ChunkedArray, codes: dict[str, int]) -> pa.Array:
     found = pc.index_in(column, value_set=pa.array(list(codes)))
     assert found.null_count == 0, f"unexpected values {pc.unique(pc.filter(column, pc.is_null(found)))}"
@@ -155,6 +162,7 @@ class HistoryFrames:
                 for row_group in batch.column("id").to_pylist():
                     rows = history.read(*groups[row_group], READ_COLUMNS)
                     yield _blob_batch(rows, row_group, current)
+            release_memory()
 
         self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
                       .persist(StorageLevel.DISK_ONLY))  # read once or twice: kept out of the JVM heap
@@ -201,6 +209,7 @@ class HistoryFrames:
                     table = check(p)
                     results.append((name, time.perf_counter() - started, to_ipc(table)))
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
+            release_memory()
 
         return self.blobs.mapInArrow(check_partitions, RESULT_DDL).toArrow()
 

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from spark_validation.frames import release_memory
 from spark_validation.jepsen import (RangeSummary, first_problem, invocations_across_ranges, read_range,
                                      read_whole_again, set_invocations)
 from spec.history import write_history
@@ -100,6 +101,7 @@ def _read_ranges(spark: SparkSession, edn_path: Path, work_dir: Path, ranges: in
                 if summary.error is None and rows.num_rows:
                     write_history(rows, Path(out) / part_name(k))
                 yield pa.RecordBatch.from_pydict({"range": pa.array([k], pa.int32()), "summary": [summary.to_json()]})
+        release_memory()
 
     found = spark.range(0, ranges, numPartitions=ranges).mapInArrow(read, SUMMARY_DDL).toArrow()
     by_range = dict(zip(found.column("range").to_pylist(), found.column("summary").to_pylist()))

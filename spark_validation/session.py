@@ -2,7 +2,9 @@
 
 Defaults suit local[*] on a laptop: the UI off, few shuffle partitions (adaptive query
 execution coalesces them further), driver memory bounded, scratch files in a temporary
-directory, warnings only. A cluster master (`spark://...`) gets the same SQL settings.
+directory, warnings only, Python workers reused from task to task (each imports numpy, pyarrow
+and the checks once), a driver JVM tuned to start and run briefly (C1, serial GC, a class-data
+sharing archive: class_archive.py). A cluster master (`spark://...`) gets the same SQL settings.
 
 A Spark Connect server (`sc://HOST:PORT`, connect_session) gets only the SQL settings: the
 server owns its JVM, executors, scratch folders and logging, and a Connect client has no
@@ -12,13 +14,17 @@ repartition, persist, groupBy, toArrow); the server's Python workers must import
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import sys
 import tempfile
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
+
+from spark_validation import class_archive
 
 DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 4
@@ -27,6 +33,10 @@ MAX_RESULT_SIZE = "1g"
 ARROW_BATCH_ROWS = 1 << 16
 CONNECT_PORT = 15002  # Spark Connect's default port
 CONNECT_TIMEOUT_S = 10.0  # the client itself retries an unreachable server for minutes
+# The driver JVM (and, on local[*], the executors in it) moves Arrow batches and shuffle blocks: little
+# code, run briefly. C1 alone compiles it soon enough, and one GC thread leaves the cores to the Python
+# workers; on 2 cores this took the JVM's CPU from 38 to 17 s at 1M ops, same results (benchmarks/README.md).
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.rootLogger=ERROR"
 
 
 SQL_CONF = {  # settings a session may change at run time: the same on a local, cluster or Connect session
@@ -41,6 +51,7 @@ SQL_CONF = {  # settings a session may change at run time: the same on a local, 
 def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -> SparkSession:
     """A Spark session tuned for history checking (reuses one already running)."""
     local_dir = tempfile.mkdtemp(prefix="kspec-spark-")
+    atexit.register(shutil.rmtree, local_dir, ignore_errors=True)  # after Spark's own exit handler (last in, first out)
     # The JVM reads driver memory only at launch, so it must be set before the first session.
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-memory {DRIVER_MEMORY} pyspark-shell")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the checks run in workers: same numpy and pyarrow
@@ -53,10 +64,7 @@ def spark_session(master: str = DEFAULT_MASTER, app_name: str = "kspec-check") -
         .config("spark.default.parallelism", str(SHUFFLE_PARTITIONS))
         .config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
         .config("spark.local.dir", local_dir)
-        # A Python worker exits with its task: a reused one keeps its partitions' memory (about 1 GB
-        # at 10M ops) resident while the driver runs the cycle search, its own peak.
-        .config("spark.python.worker.reuse", "false")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+        .config("spark.driver.extraJavaOptions", f"{DRIVER_JAVA_OPTIONS} {class_archive.java_options()}")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
