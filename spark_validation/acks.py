@@ -11,17 +11,20 @@ every node's Metadata answer every half second), and the per-partition lost-writ
 and the rows a window loss explains, are kept only as allowed (explain):
 
 - acks1-window-loss (allowed): the partition's leadership changed after the ack: a leader epoch
-  above the newest one known at the ack was first seen within LEADER_CHANGE_WINDOW_S after it,
-  or at the ack a node still named itself leader at an older epoch than the newest (a deposed
-  leader that had not heard of its successor, which answers acks=1 writes alone). The row names
-  the ack, the leadership at the ack and the change (its observation op).
-- acks1-loss (violation): any other loss: its partition's leadership did not change after the ack.
+  above the newest one known at the ack was seen after it, and the leader of the ack did not
+  itself answer as that epoch's leader more than FOLLOWER_WINDOW_S after the ack; or at the ack a
+  node still named itself leader at an older epoch than the newest (a deposed leader that had not
+  heard of its successor, which answers acks=1 writes alone). The row names the ack, the
+  leadership at the ack and the change (its observation op).
+- acks1-loss (violation): any other loss: its partition's leadership did not change after the
+  ack, or its leader was still leading (in its own answer) FOLLOWER_WINDOW_S after the ack.
 
 The window: a follower in the ISR may lag up to replica.lag.time.max.ms (FOLLOWER_WINDOW_S)
-without being dropped from it, so it may lack a record acked that long before its leader fell;
-the election follows the fall within broker.session.timeout.ms, and the observer sees it within
-a round of its requests (ELECTION_SEEN_S). Sampling every half second, an election in the half
-second before an ack may be seen only after it; that much the judgement is lenient.
+without being dropped from it, so it may lack a record acked that long before its leader fell.
+When the election itself is seen does not bound it: on a busy machine the controller's election
+and the observer's next answer came 130 s after the kill of a leader that had acked a record
+1 s before it. Sampling every half second, an election in the half second before an ack may be
+seen only after it; that much the judgement is lenient.
 
 The report's one sentence on the difference is the definition of acks1-window-loss (anomalies.py).
 """
@@ -46,8 +49,6 @@ DUR_1_UNCHECKED = "the producers used acks=1: DUR-1 is for acks=all, each loss i
 NOT_APPLICABLE = "the producers used acks=all: an acks=1 run checks it (kspec faults run --acks 1)"
 ANOMALIES = ("acks1-window-loss", "acks1-loss")
 FOLLOWER_WINDOW_S = 30.0   # Kafka's replica.lag.time.max.ms: how long a follower may lag and stay in sync
-ELECTION_SEEN_S = 10.0     # broker.session.timeout.ms (9 s) until the controller elects, and a round of observations
-LEADER_CHANGE_WINDOW_S = FOLLOWER_WINDOW_S + ELECTION_SEEN_S
 NS_PER_S = 1_000_000_000
 LEADER_EPOCHS = "leader-epochs"  # faults/epochs.py
 
@@ -105,8 +106,8 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
                 ops=[r["index"], change[0]], values=[r["value"]], offsets=[r["offset"]]))
         else:
             found.append(anomaly_row(
-                "acks1-loss", f"{where} {at}, {_describe(leading)}; lost with no leadership change within "
-                f"{LEADER_CHANGE_WINDOW_S:.0f} s after its ack", topic=r["topic"], partition=r["partition"],
+                "acks1-loss", f"{where} {at}, {_describe(leading)}; lost with no leadership change after its ack "
+                f"that its leader had not outlasted by {FOLLOWER_WINDOW_S:.0f} s", topic=r["topic"], partition=r["partition"],
                 process=r["process"], ops=[r["index"]], values=[r["value"]], offsets=[r["offset"]]))
     return found
 
@@ -141,12 +142,17 @@ def _change_after(views: list[_View], ack_ns: int, leading: _View | None) -> tup
             return v.op, (f"broker {v.leader} still named itself leader at epoch {v.epoch} at "
                           f"{v.time_ns / NS_PER_S:.3f} s (op {v.op}), deposed by broker {leading.leader} at epoch "
                           f"{newest_epoch}")
-    window_end_ns = ack_ns + int(LEADER_CHANGE_WINDOW_S * NS_PER_S)
-    for v in views:
-        if ack_ns < v.time_ns <= window_end_ns and v.epoch > newest_epoch:
-            return v.op, (f"broker {v.leader} led at epoch {v.epoch} from {v.time_ns / NS_PER_S:.3f} s "
-                          f"(op {v.op}, node {v.node_index}'s view)")
-    return None
+    change = next((v for v in views if v.time_ns > ack_ns and v.epoch > newest_epoch), None)
+    if change is None or leading is None:
+        return None
+    # a leader that itself still answered as leader of that epoch FOLLOWER_WINDOW_S after the ack had
+    # in-sync followers copy the record by then: its later fall does not explain the loss
+    window_end_ns = ack_ns + int(FOLLOWER_WINDOW_S * NS_PER_S)
+    if any(window_end_ns < v.time_ns < change.time_ns and v.node_id == v.leader == leading.leader
+           and v.epoch == newest_epoch for v in views):
+        return None
+    return change.op, (f"broker {change.leader} led at epoch {change.epoch} from {change.time_ns / NS_PER_S:.3f} s "
+                       f"(op {change.op}, node {change.node_index}'s view)")
 
 
 def _describe(leading: _View | None) -> str:
