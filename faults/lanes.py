@@ -25,8 +25,9 @@ RUN/lanes/<lane>/ (history.parquet, run.json, results.json, and the streams lane
 application's files). RUN/lanes.json lists the lanes, what each is for, and why a lane was
 skipped (the streams lane when no Python with Quix Streams is installed: `make setup`).
 The run's --rate and --concurrency are shared out by LANE_SHARES. The nemesis records its
-flips in every lane's history (FanOutRecorder): the acks=1 check judges losses by them, the
-replica audit's PRO-1 by the malformed bursts. `kspec check RUN` checks every lane and merges
+flips in every lane's history (FanOutRecorder), the replica audit's PRO-1 judges by the malformed
+bursts; the leader-epoch observer (faults/epochs.py) records each lane's partitions' leaders in its
+history, by which REP-2 and the acks=1 check (DUR-2) judge. `kspec check RUN` checks every lane and merges
 the verdicts (spark_validation/lanes.py).
 
 Left out, and why: the replica audit of the compact lane (its records' Kafka keys are 16 bytes
@@ -155,10 +156,6 @@ class _SideLane:
     def start(self) -> None:
         options = self.lane.workload
         self.workload.start()
-        if options.acks == "1":  # DUR-2's evidence: which node led each partition when (faults/leaders.py)
-            from faults.leaders import LeaderSampler
-            self.samplers.append(LeaderSampler(self.target, options.topics, self.recorder,
-                                               next(self.workload.next_process)).start())
         if options.compacted:  # RET-1: tombstones beside the keyed records (faults/compaction.py)
             from faults.compaction import Tombstoner
             self.samplers.append(Tombstoner(self.target.bootstrap, options, self.recorder,
@@ -247,6 +244,10 @@ class SideLanes:
     def recorder_with(self, main: Recorder):
         """What the nemesis records into: the main recorder, and every lane's."""
         return FanOutRecorder([main, *(side.recorder for side in self.lanes)]) if self.lanes else main
+
+    def observed(self) -> list[tuple[Recorder, list[str]]]:
+        """Each lane's history and topics, for the run's leader-epoch observer (faults/epochs.py)."""
+        return [(side.recorder, side.lane.workload.topics) for side in self.lanes]
 
     @property
     def transactional(self) -> bool:

@@ -188,8 +188,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
                           options.nemesis_variants)
         cleanup.callback(nemesis.close)
         nemesis.run_partitions = sorted({topic_partition(k) for k in options.workload.keys})
-        observer = EpochObserver(target.bootstrap, options.workload.topics, recorder,
-                                 options.workload.client_properties).start()  # REP-2
+        observer = EpochObserver(target.bootstrap, options.workload.topics, recorder, options.workload.client_properties,
+                                 lanes.observed()).start()  # REP-2, DUR-2
         cleanup.callback(observer.stop)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
         pipeline = _connect_pipeline(options, target, out_dir, lanes)
@@ -198,8 +198,6 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         rate = _Rate()
         started_s = time.monotonic()
         workload.start()
-        leaders = _leader_sampler(options, target, workload, recorder)
-        cleanup.callback(lambda: leaders and leaders.stop())
         tombstones = _tombstoner(options, target, workload, recorder)
         try:
             while (elapsed_s := time.monotonic() - started_s) < options.time_limit_s:
@@ -242,19 +240,17 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             time.sleep(min(TICK_S, left_s))
         progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
                         dict(recorder.completions), {}))
-        if leaders:
-            leaders.stop()
         if tombstones:
             tombstones.stop()
         if pipeline:
             pipeline.close(options.final_read_timeout_s)
+        observer.stop()  # before the lanes' histories close
         data_dirs = audit.reference_data_dirs(target) if options.target == "reference" else None
         lanes_finished = lanes.finish_in_background(options.final_read_timeout_s, data_dirs)
         complete = workload.final_reads(options.final_read_timeout_s)
         replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder, data_dirs,
                                     properties=options.workload.client_properties)
         lanes_finished.result()
-        observer.stop()
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
                            acked_missing_from_final_reads(history_path) if complete else None, workload.failures,
@@ -284,14 +280,6 @@ def _connect_pipeline(options: RunOptions, target: Target, out_dir: Path, lanes)
         lanes.skip(CONNECT_LANE, f"the Connect pipeline did not start: {e}")
         return None
     return pipeline
-
-
-def _leader_sampler(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):
-    """With acks=1, the partition leaders over time (DUR-2's evidence, faults/leaders.py)."""
-    if options.workload.acks != "1":
-        return None
-    from faults.leaders import LeaderSampler
-    return LeaderSampler(target, options.workload.topics, recorder, next(workload.next_process)).start()
 
 
 def _tombstoner(options: RunOptions, target: Target, workload: Workload, recorder: Recorder):

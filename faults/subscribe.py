@@ -69,6 +69,7 @@ class Member(Client):
         self.events: list[dict] = []   # rebalance callbacks not yet recorded
         self.assigned = assigned       # set at its first assignment (empty or not)
         self.stuck = False             # a commit did not return: the worker replaces this member
+        self.closing = False           # close() runs: its revocation callback records nothing
 
     def consumer_config(self, bootstrap: str) -> dict:
         config = {**super().consumer_config(bootstrap), "group.id": GROUP_ID}
@@ -98,13 +99,22 @@ class Member(Client):
                 self.owned -= moved
             for tp in moved - self.owned:
                 self.positions.pop(tp, None)
+            if self.closing:
+                # consumer.close() runs this callback while librdkafka's group handler is terminating:
+                # consumer_group_metadata() then waits for an answer that never comes, holding the
+                # GIL, and the whole run hangs (seen in a lanes run). The run's ops are over by then.
+                return
             try:
                 generation, member = group_metadata(consumer)
-            except RuntimeError:  # the consumer is closing: no metadata left
+            except RuntimeError:  # the consumer was closed (a stuck member's commit thread): no metadata left
                 generation, member = -1, ""
             self.events.append({"event": event, "partitions": sorted(map(list, moved)), "generation": generation,
                                 "member": member, "callback_time_ns": self.recorder.now_ns()})
         return callback
+
+    def close(self) -> None:
+        self.closing = True
+        super().close()
 
     def poll(self, recorder: Recorder) -> str:
         kind = super().poll(recorder)

@@ -53,10 +53,11 @@ _KINDS = (
     AnomalyKind("lost-commit", "GRP-2", "the offsets read back after the run are not the last acknowledged commits"),
     AnomalyKind("rewound-assignment", "GRP-2", "a member given a partition read below its acknowledged committed offset"),
     AnomalyKind("commit-backwards", "GRP-3", "an acknowledged commit moved a partition's committed offset back"),
-    AnomalyKind("acks1-window-loss", "DUR-2", "with acks=1 a record acknowledged by a leader that died or was cut off "
-                                              "before any follower had fetched it is lost by design (allowed), while a "
-                                              "lost record with no such fault on its leader is a violation"),
-    AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost with no fault on the leader that acknowledged it"),
+    AnomalyKind("acks1-window-loss", "DUR-2", "with acks=1 a record acknowledged by a leader that then lost its "
+                                              "leadership before any follower had fetched it is lost by design "
+                                              "(allowed), while a lost record whose partition kept its leader is a "
+                                              "violation"),
+    AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost while its partition kept the leader that acknowledged it"),
     AnomalyKind("compaction-lost-latest", "RET-1", "compaction lost the latest acknowledged value of a key"),
     AnomalyKind("compaction-offset-reuse", "RET-1", "a compacted log reordered offsets or reused one for another value"),
     AnomalyKind("tombstone-removed-early", "RET-1", "a tombstone was gone before delete.retention.ms had passed"),
