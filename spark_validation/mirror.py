@@ -1,7 +1,12 @@
 """Check a mirror's history (mirror/history.py: both clusters' records) with Spark: MIR-1, MIR-2 and,
 when a fault run recorded a source group and its checkpoints, MIR-3.
 
-- mirror-lost (MIR-1): a source record with no copy in its remote partition.
+- mirror-lost (MIR-1): a source record with no copy in its remote partition. When the run recorded
+  the mirror's committed progress (faults/mirror_workload.py), only a record at or below the
+  furthest progress of its partition is lost; one beyond it is mirror-pending: the mirror had
+  not reached it when the run ended (reported, not a violation: MIR-1 holds for what the mirror
+  says it copied, and a run that ends before it caught up cannot judge its tail). A run whose
+  mirror never committed progress leaves MIR-1 not checked.
 - mirror-reorder (MIR-1): the first copies in a remote partition are not in source order: a
   record's first copy lies before the first copy of a record before it in the source.
 - mirror-duplicate (MIR-2): a source record copied more than once; a violation only when the
@@ -27,7 +32,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
-from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, MIRROR_FILE, SOURCE_FILE, TARGET_FILE
+from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, MIRROR_FILE, PROGRESS_FILE, SOURCE_FILE, TARGET_FILE
 from spark_validation.anomalies import ANOMALY_SCHEMA, AnomalyKind
 
 EVIDENCE_VALUES_MAX = 1024
@@ -35,6 +40,8 @@ GUARANTEES = ("MIR-1", "MIR-2", "MIR-3")
 # Kept apart from anomalies.ANOMALY_KINDS: a client history's verdict must not list MIR-* as held.
 MIRROR_KINDS = {k.name: k for k in (
     AnomalyKind("mirror-lost", "MIR-1", "a source record has no copy in its remote partition"),
+    AnomalyKind("mirror-pending", None,
+                "a source record beyond the mirror's committed progress: not reached when the run ended"),
     AnomalyKind("mirror-reorder", "MIR-1", "a record's first copy lies before the first copy of an earlier record"),
     AnomalyKind("mirror-duplicate", "MIR-2", "a source record was copied more than once"),
     AnomalyKind("mirror-checkpoint-skips", "MIR-3",
@@ -57,8 +64,18 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
     earlier = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
     joined = (source.join(copies, ["topic", "partition", "value"], "left")
               .withColumn("latest_earlier_copy", F.max("first_copy").over(earlier)))
+    progress_path = history / PROGRESS_FILE
+    progress_recorded = progress_path.exists()
+    if progress_recorded:  # the furthest committed progress per source partition (last offset copied)
+        fronts = (spark.read.parquet(str(progress_path)).groupBy("topic", "partition")
+                  .agg(F.max("last_copied").alias("front")))
+        joined = joined.join(fronts, ["topic", "partition"], "left")
+        pending = F.coalesce(F.col("offset") > F.col("front"), F.lit(True))
+    else:
+        pending = F.lit(False)
     flags = F.array_compact(F.array(
-        F.when(F.col("first_copy").isNull(), F.lit("mirror-lost")),
+        F.when(F.col("first_copy").isNull() & ~pending, F.lit("mirror-lost")),
+        F.when(F.col("first_copy").isNull() & pending, F.lit("mirror-pending")),
         F.when(F.col("first_copy") < F.col("latest_earlier_copy"), F.lit("mirror-reorder")),
         F.when(F.col("copies") > 1, F.lit("mirror-duplicate"))))
     flagged = joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
@@ -73,14 +90,17 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
                           EVIDENCE_VALUES_MAX).alias("evidence"))
              .orderBy("anomaly", "topic", "partition").collect())  # one Spark job for every finding
     rows = [{"anomaly": r.anomaly, "guarantee": MIRROR_KINDS[r.anomaly].guarantee_id,
-             "violation": r.anomaly != "mirror-duplicate" or flow["exactly_once"], "topic": r.topic,
+             "violation": MIRROR_KINDS[r.anomaly].guarantee_id is not None
+                          and (r.anomaly != "mirror-duplicate" or flow["exactly_once"]), "topic": r.topic,
              "partition": r.partition, "process": None, "ops": None,
              "values": [e.value for e in r.evidence], "offsets": [e.offset for e in r.evidence], "delta": None,
              "detail": f"{r.n} record(s) of {r.topic}-{r.partition}: {MIRROR_KINDS[r.anomaly].definition}"}
             for r in found]
     anomalies = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     violated = {row["guarantee"] for row in rows if row["violation"]}
-    checked = ("MIR-1", *(("MIR-2",) if flow["exactly_once"] else ()), *(("MIR-3",) if checkpoints_checked else ()))
+    progressed = not progress_recorded or pq.ParquetFile(progress_path).metadata.num_rows > 0
+    checked = (*(("MIR-1",) if progressed else ()), *(("MIR-2",) if flow["exactly_once"] else ()),
+               *(("MIR-3",) if checkpoints_checked else ()))
     verdict = {
         "valid": not violated, "flow": f"{flow['source']}->{flow['target']}",
         "records": {name: pq.ParquetFile(history / file).metadata.num_rows

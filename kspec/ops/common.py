@@ -267,7 +267,12 @@ class ConnectionWatch:
             return (f"authentication to {bootstrap} failed: {self.authentication_failure}; "
                     "check sasl.mechanism, sasl.username and sasl.password in --command-config")
         if self.tls_failure:
-            return (f"TLS handshake with {bootstrap} failed: {self.tls_failure}; "
+            failure = self.tls_failure
+            # a plaintext listener drops a ClientHello as a frame far too large; librdkafka words the
+            # close as "Disconnected" or "closed by peer" depending on whether the hello was read first
+            if "PLAINTEXT" not in failure and ("Disconnected" in failure or "closed by peer" in failure):
+                failure += ": the listener closed the connection mid-handshake, a PLAINTEXT listener?"
+            return (f"TLS handshake with {bootstrap} failed: {failure}; "
                     "check security.protocol and ssl.ca.location in --command-config")
         if self.closed_before_answer:
             protocol = command_properties().get("security.protocol")
