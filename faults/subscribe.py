@@ -44,6 +44,7 @@ COMMIT_TIMEOUT_S = 10.0        # a commit not answered by then is left behind (M
 SESSION_TIMEOUT_MS = 6000      # classic protocol: Kafka's group.min.session.timeout.ms
 HEARTBEAT_INTERVAL_MS = 1000
 GROUP_FORMED_TIMEOUT_S = 20.0  # the longest start() waits for every member's first partitions
+OFFSETS_TOPIC = "__consumer_offsets"
 MAX_POLL_INTERVAL_MS = 10_000  # the rebalance timeout: how long a classic rebalance waits for a member
 CGMD_MAGIC = b"CGMDv2:"        # librdkafka's serialized consumer group metadata
 
@@ -185,9 +186,11 @@ class Member(Client):
 class SubscribeWorkload(Workload):
     """The queue workload with members of one group in place of assigning consumers.
 
-    start() returns once every member has had its first assignment (at most GROUP_FORMED_TIMEOUT_S):
-    the faults then strike a group that has formed, so a short run checks rebalances under faults
-    rather than a first join that faults keep from completing."""
+    start() returns once every member has had its first assignment and every partition of
+    __consumer_offsets (made by the members' first FindCoordinator) has its whole replica set in
+    sync, each wait at most GROUP_FORMED_TIMEOUT_S: the faults then strike a group that has formed,
+    so a short run checks rebalances and commits under faults rather than a first join, or a
+    follower's first catch-up under min.insync.replicas, that faults keep from completing."""
 
     def start(self) -> None:
         self.assigned = [threading.Event() for _ in range(self.options.concurrency)]
@@ -195,6 +198,21 @@ class SubscribeWorkload(Workload):
         deadline_s = time.monotonic() + GROUP_FORMED_TIMEOUT_S
         for assigned in self.assigned:
             assigned.wait(max(0.0, deadline_s - time.monotonic()))
+        self._wait_offsets_topic_in_sync(time.monotonic() + GROUP_FORMED_TIMEOUT_S)
+
+    def _wait_offsets_topic_in_sync(self, deadline_s: float) -> None:
+        from confluent_kafka import KafkaException, TopicCollection
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        while time.monotonic() < deadline_s:
+            try:
+                described = admin.describe_topics(TopicCollection([OFFSETS_TOPIC]), request_timeout=5)
+                partitions = described[OFFSETS_TOPIC].result(timeout=10).partitions
+                if partitions and all(len(p.isr) == len(p.replicas) for p in partitions):
+                    return
+            except (KafkaException, TimeoutError):
+                pass  # not created yet, or no answer in time: ask again
+            time.sleep(0.5)
 
     def _run_worker(self, worker: int) -> None:
         options = self.options
