@@ -15,20 +15,12 @@ from reference.process import ClusterProcess
 from reference.protocol.api_keys import ApiKey
 from reference.server.raft_driver import COMMIT_TIMEOUT_S
 from tests.broker.conftest import RawClient
+from tests.cluster.conftest import wait_until
 
 from .internode import internal_errors
 
 WAIT_S = 40.0
 TOPIC = "decided-late"
-
-
-def wait_until(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def test_records_not_committed_in_time_close_the_connection_with_one_line(tmp_path):
