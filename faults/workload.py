@@ -24,7 +24,10 @@ so that together they invoke about rate_hz ops per second. A worker owns one con
 - txn (with txn set, in place of send and poll): 1..TXN_MOPS_MAX sends and polls in one
   transaction, the polled offsets sent to it, then commit; see Client.txn. A transaction
   runs one at a time on the worker's transactional producer; after any outcome but ok the
-  process ends and a new one (new producer, new consumer) takes its place.
+  process ends and a new one (new producer, new consumer) takes its place. With probability
+  txn_abort_p (Jepsen's abort-p, 0.1) the client aborts the transaction once its sends were
+  acknowledged, as a user testing isolation would: the op fails (an aborted write, which no
+  read_committed consumer may read: G1a, TXN-2) and the process goes on with its producer.
 
 Sends get message.timeout.ms = send_timeout_s = 120 s (Kafka's delivery.timeout.ms default),
 well above the longest fault plus recovery in a run, so a record is not timed out while it
@@ -35,6 +38,10 @@ broker had appended before the fault is stored twice (an IDM-1 duplicate the cli
 With 10 s, a 60 s run under partitions and kills stored hundreds of values twice. The run
 stays bounded: faults all end at the time limit, and the final phase waits for the sends
 still in flight. Transactions keep their own short txn_timeout_s (see Client).
+A send op whose records librdkafka reported timed out (_MSG_TIMED_OUT) lists them in its
+completion's extra, "timed_out": [[topic, partition, value], ...]: such a record may be stored
+all the same, and if the application sends its value again the broker rightly keeps both (the
+checker allows that duplicate under IDM-1: spark_validation/resends.py).
 
 After the main phase, `final_reads` has a fresh process assign every key from the
 beginning and poll until it has read up to each partition's high watermark.
@@ -102,6 +109,7 @@ class WorkloadOptions:
     txn_timeout_s: float = 10.0       # transaction.timeout.ms and the transactional calls' timeouts
     poll_timeout_s: float = 0.02
     txn: bool = False             # transactions of 1..TXN_MOPS_MAX sends and polls instead of sends and polls
+    txn_abort_p: float = 0.1      # a transaction the client aborts after its sends were acked (Jepsen's abort-p)
     sub_via: str = "assign"       # or "subscribe": members of one group (faults/subscribe.py)
     topic_config: dict = field(default_factory=dict)  # --topic-config: the run's topics' configs
     assignor: str = "roundrobin"  # subscribe mode: roundrobin or range (eager), cooperative-sticky, consumer (KIP-848)
@@ -111,7 +119,7 @@ class WorkloadOptions:
         assert self.key_count >= 1 and self.concurrency >= 1 and self.rate_hz > 0
         assert self.key_base >= 0 and self.key_base % 2 == 0, "a key base starts a topic (two keys a topic)"
         assert self.acks in ("0", "1", "all", "-1") and self.isolation_level in ("read_committed", "read_uncommitted")
-        assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1
+        assert 0 <= self.assign_p <= 1 and 0 <= self.crash_p <= 1 and 0 <= self.txn_abort_p <= 1
         assert self.send_timeout_s > 0 and self.txn_timeout_s > 0
         assert self.sub_via in ("assign", "subscribe") and self.assignor in ASSIGNORS
         assert not (self.txn and self.sub_via == "subscribe"), "transactions run in assign mode"
@@ -157,6 +165,7 @@ def _bounded(call, *args, limit_s: float):
 
 
 NOT_HANDED_OVER = "not handed over to the producer"  # the error of a record produce() refused
+ABORTED_BY_CLIENT = "aborted by the client after its sends were acknowledged"  # a txn op's error (txn_abort_p)
 
 
 # librdkafka errors that mean the records never left the client: a definite failure.
@@ -165,6 +174,12 @@ def _definite_error_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
     return frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION, KafkaError._INVALID_ARG,
                       KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+
+
+@functools.cache
+def _msg_timed_out_code() -> int:
+    from confluent_kafka import KafkaError
+    return KafkaError._MSG_TIMED_OUT
 
 
 def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None = None) -> dict:
@@ -273,7 +288,10 @@ class Sender:
         definite = _definite_error_codes()
         all_definite = len(errors) == len(acked) and all(e is NOT_HANDED_OVER or _code(e) in definite for e in errors)
         kind = "fail" if all_definite else "info"
-        self.recorder.complete(send.invocation, kind, mops=acked, extra={"error": str(errors[0])})
+        timed_out = [[r.topic, r.partition, r.value] for r, (error, _) in zip(send.records, send.outcomes)
+                     if error is not None and _code(error) == _msg_timed_out_code()]
+        self.recorder.complete(send.invocation, kind, mops=acked,
+                               extra={"error": str(errors[0]), **({"timed_out": timed_out} if timed_out else {})})
         return kind
 
 
@@ -318,13 +336,16 @@ class Client:
             except KafkaException:
                 continue
 
-    def txn(self, recorder: Recorder, plan: list[Record | None]) -> str:
+    def txn(self, recorder: Recorder, plan: list[Record | None], abort: bool = False) -> str:
         """One transaction: each planned Record is sent, each None is a poll; then the polled
-        offsets go into the transaction (sendOffsetsToTransaction) and it commits.
+        offsets go into the transaction (sendOffsetsToTransaction) and it commits, or with
+        abort set, once every send was acknowledged, the client aborts it (abort_transaction).
 
         ok = committed; fail = aborted (nothing of it is visible to read_committed);
-        info = the commit's outcome is unknown. After fail or info the consumer seeks
-        back to the first offset it polled of each partition, as Jepsen's client does."""
+        info = the commit's outcome is unknown; aborted = the client aborted it as asked
+        (recorded as fail, its sends with their offsets and ABORTED_BY_CLIENT as its error).
+        After any outcome but ok the consumer seeks back to the first offset it polled of
+        each partition, as Jepsen's client does."""
         from confluent_kafka import KafkaException, TopicPartition
         invocation = recorder.invoke(self.process, "txn", mops=[Poll() if r is None else Send(r) for r in plan])
         mops: list[Send | Poll] = []
@@ -367,6 +388,13 @@ class Client:
             failed = [o[0] for o in outcomes.values() if o[0] is not None]
             if len(outcomes) < sum(isinstance(m, Send) for m in mops) or failed:
                 raise KafkaException(failed[0] if failed else "no delivery report")
+            if abort:
+                stage = "abort"
+                _bounded(self.producer.abort_transaction, timeout_s, limit_s=limit_s)
+                self._rewind(mops)
+                recorder.complete(invocation, "fail", mops=completed_mops(),
+                                  extra={"error": ABORTED_BY_CLIENT, "stage": stage})
+                return "aborted"
             next_offsets = {}
             for m in mops:
                 for r in m.records if isinstance(m, Poll) else ():
@@ -596,7 +624,8 @@ class Workload:
                 elif options.txn:
                     plan = [self._next_record(rng) if rng.random() < 0.5 else None
                             for _ in range(rng.randint(1, TXN_MOPS_MAX))]
-                    if client.txn(self.recorder, plan) != "ok":
+                    abort = rng.random() < options.txn_abort_p
+                    if client.txn(self.recorder, plan, abort) not in ("ok", "aborted"):
                         client = self._replace(client)
                         client.assign(self.recorder, self._random_keys(rng))
                 elif rng.random() < 0.5:

@@ -24,6 +24,9 @@ class AnomalyKind:
 _KINDS = (
     AnomalyKind("inconsistent-offsets", "VIS-2", "one offset of a partition was seen holding two values"),
     AnomalyKind("duplicate", "IDM-1", "one value was seen at two offsets of a partition"),
+    AnomalyKind("duplicate-after-timeout", "IDM-1", "a value stored twice because the application sent it again "
+                "after its client reported the first send timed out (_MSG_TIMED_OUT): allowed, the client's resend, "
+                "not the broker's duplicate"),
     AnomalyKind("lost-write", "DUR-1", "a committed value below the highest read value was never read"),
     AnomalyKind("unseen", "DUR-1", "values acknowledged to producers were never read by any consumer"),
     AnomalyKind("phantom-read", "VIS-1", "a consumer read a value no producer sent"),

@@ -16,7 +16,7 @@ import pytest
 from faults import net
 from faults.edn import export_edn
 from faults.run import RunOptions, run
-from faults.workload import WorkloadOptions
+from faults.workload import ABORTED_BY_CLIENT, WorkloadOptions
 from faults_helpers import brokers_of
 from spark_validation.jepsen import read_edn_history
 from spec.history import CLIENT_FS, NEMESIS_PROCESS, Poll, Send, ops_from_table, ops_table, read_history
@@ -154,13 +154,15 @@ def test_transactions_under_kills_commit_or_abort_whole_and_committed_ones_are_r
     ops = list(ops_from_table(read_history(out_dir / "history.parquet")))
     txns = [op for op in ops if op.f == "txn" and op.type != "invoke"]
     assert sum(op.type == "ok" for op in txns) > 50
+    assert any(op.type == "fail" and (op.extra or {}).get("error") == ABORTED_BY_CLIENT for op in txns), \
+        "some transactions were aborted by the client after their sends were acknowledged"
     written = {kind: {(m.record.key, m.record.value) for op in txns if op.type == kind for m in op.mops
                       if isinstance(m, Send)} for kind in ("ok", "fail")}
     read = {(r.key, r.value) for op in ops if op.type == "ok" and op.f in CLIENT_FS  # not the replica audit's reads
             for m in op.mops if isinstance(m, Poll)
             for r in m.records}
     assert written["ok"] <= read, "every committed send is read back"
-    assert not written["fail"] & read, "no aborted send is read by a read_committed consumer"
+    assert written["fail"] and not written["fail"] & read, "no aborted send is read by a read_committed consumer"
 
 
 # A 3-node run takes 75-90 s; a child still running after this is stuck in librdkafka.
