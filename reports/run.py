@@ -28,11 +28,16 @@ import pyarrow.parquet as pq
 from faults.lanes import LANES_DIR, MAIN
 from reports import plots, series
 from spark_validation.anomalies import ANOMALY_KINDS, EOS_KINDS
+from spark_validation.auth import AUTH_KINDS
+from spark_validation.connect import CONNECT_KINDS
+from spark_validation.mirror import MIRROR_KINDS
 from spark_validation.lag import LAG_FILE
 from spec.catalogue import CATALOGUE
 from spec.history import read_history
 
 TEMPLATE_PATH = Path(__file__).with_name("run_template.html")
+# every anomaly kind a check names, with the one-sentence definition the anomalies section opens with
+KINDS = {**ANOMALY_KINDS, **EOS_KINDS, **AUTH_KINDS, **CONNECT_KINDS, **MIRROR_KINDS}
 HISTORY_FILE = "history.parquet"
 TIMELINE_FILE = "nemesis.jsonl"
 RESULTS_FILE = "results.json"
@@ -249,7 +254,7 @@ def _anomalies_section(run: RunFolder, intervals: list[series.Interval], end_s: 
                 for lane in {r.get("lane", MAIN) for r in rows}}  # a lanes run's rows name their lane
     parts = []
     for anomaly, kind_rows in sorted(_group(rows, "anomaly").items(), key=lambda kv: (not kv[1][0]["violation"], kv[0])):
-        kind = ANOMALY_KINDS.get(anomaly) or EOS_KINDS.get(anomaly)
+        kind = KINDS.get(anomaly)
         violation = kind_rows[0]["violation"]
         status = (f'violates <a href="#guarantees">{kind_rows[0]["guarantee"]}</a>' if violation
                   else "allowed: reported for the record")

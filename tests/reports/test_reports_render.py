@@ -147,3 +147,21 @@ def test_kspec_report_renders_the_run_and_refreshes_the_index(synthetic_run):
     refused = subprocess.run([sys.executable, "-m", "kspec.cli", "report", str(reports)], capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 1 and "has no history.parquet" in refused.stderr
+
+
+def test_every_anomaly_kind_a_lane_names_opens_with_its_definition(synthetic_run):
+    """The auth, Connect and mirror lanes' kinds too, not only the queue checker's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from reports.run import KINDS
+    from spark_validation.auth import AUTH_KINDS
+    anomalies_path = synthetic_run.path / "check" / "anomalies.parquet"
+    rows = pq.read_table(anomalies_path).to_pylist()
+    rows.append({"anomaly": "auth-denied-served", "guarantee": "AUTH-2", "violation": True, "topic": None,
+                 "partition": None, "process": None, "ops": [], "values": None, "offsets": None, "delta": None,
+                 "detail": "probe produce-denied served by node 0"})
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(anomalies_path)), anomalies_path)
+    text = render_run(synthetic_run.path).read_text()
+    assert f'<p class="note">{AUTH_KINDS["auth-denied-served"].definition}</p>' in text
+    assert all(kind.definition.strip() for kind in KINDS.values())
