@@ -29,11 +29,11 @@ def kspec(*arguments: str, env: dict | None = None, timeout_s: float) -> subproc
                           timeout=timeout_s, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
-def lanes_run(out: Path, env: dict | None = None) -> dict:
-    """Run and check; the merged verdict."""
+def lanes_run(out: Path, env: dict | None = None, options: tuple[str, ...] = ()) -> dict:
+    """Run (with more options, e.g. a bug switch) and check; the merged verdict."""
     run = kspec("faults", "run", "--nodes", "3", "--nemesis", "kill,partition,malformed", "--interval", "4",
                 "--time-limit", str(TIME_LIMIT_S), "--quiet", "2", "--seed", "4", "--workload", "all",
-                "--out", str(out), env=env, timeout_s=420)
+                "--out", str(out), *options, env=env, timeout_s=420)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["final_reads_complete"] and not results["workload_failures"], results
@@ -82,3 +82,19 @@ def test_one_run_with_the_streams_lane_checks_exactly_once_too(namespaces_availa
     verdict = lanes_run(tmp_path / "run")
     assert_every_guarantee_has_a_status(verdict, set(FAULT_RUN_UNCHECKED))
     assert verdict["guarantees"]["EOS-1"]["lanes"] == ["streams"]
+
+
+@pytest.mark.soak  # two minutes here; tests/checker/test_txn_abort_run.py makes the txn lane's run alone in make test
+@pytest.mark.timeout(900)
+def test_a_broker_serving_aborted_records_to_read_committed_fails_the_merged_verdict_on_txn_2(
+        namespaces_available, tmp_path):
+    """The txn lane aborts a share of its transactions after their sends were acknowledged; with
+    kspec.bug.serve.aborted.to.read.committed its read_committed consumers read them (G1a)."""
+    python = tmp_path / "python-without-site-packages"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    python.chmod(0o755)
+    verdict = lanes_run(tmp_path / "run", env={"KSPEC_STREAMS_PYTHON": str(python)},
+                        options=("--set", "kspec.bug.serve.aborted.to.read.committed=true"))
+    assert not verdict["valid"]
+    txn_2 = verdict["guarantees"]["TXN-2"]
+    assert txn_2["status"] == "violated" and txn_2["violated_in"] == ["txn"] and txn_2["anomalies"]["G1a"] > 0
