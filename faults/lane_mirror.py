@@ -89,6 +89,7 @@ class MirrorLane:
         try:
             mirror.close(final_read_timeout_s)
         except MirrorError as e:
+            mirror.detach_log()
             self.result = {"skipped": f"the mirror's history could not be recorded: {e}"}
             if mirror.mirror.poll() is None:
                 mirror.mirror.kill()
@@ -115,6 +116,7 @@ class MirrorLane:
         mirror.stopping.set()
         if not self.workload.skipped and mirror.mirror is not None and mirror.mirror.poll() is None:
             mirror.mirror.kill()
+        mirror.detach_log()
 
 
 class _Driver:

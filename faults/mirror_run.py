@@ -100,6 +100,7 @@ def run_mirror(options, out_dir: Path, progress: Callable = lambda status: None)
         nemesis = LinkNemesis(network, clusters, workload.options.topic, out_dir / TIMELINE_FILE, rng)
         cleanup.callback(nemesis.close)
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
+        cleanup.callback(workload.detach_log)  # also when the run ends in an error
         workload.start()
         cleanup.callback(lambda: workload.mirror and workload.mirror.poll() is None and workload.mirror.kill())
         cleanup.callback(workload.stopping.set)  # its threads end however the run ends

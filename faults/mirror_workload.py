@@ -37,6 +37,10 @@ from mirror.records import Checkpoint, decode_progress
 
 log = logging.getLogger("faults.mirror")
 CLIENT_LOG = logging.getLogger("faults.clients")  # faults/run.py sends it to the run's clients.log
+MIRROR_LOG_FILE = "mirror.log"
+# loggers whose lines in this process (the workload's own, and those of the mirror's clients the
+# workload reads with) go to the mirror's log beside the mirror process's, not to the terminal
+ROUTED_LOGGERS = ("faults.mirror", "mirror")
 
 SENDS_FILE, KILLS_FILE = "mirror-sends.parquet", "mirror-kills.json"
 SENDS_SCHEMA = pa.schema([("value", pa.int64()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -114,13 +118,14 @@ class MirrorWorkload:
         self.progress_copied = -1          # the sum of the sampled progress offsets: grows as the mirror copies
         self.caught_up = False            # close(): the progress covered every acked send in time
         self.checkpointed = False         # close(): and the checkpoints reached the group's last commits
+        self.log_handler: logging.Handler | None = None  # start() .. close(): see ROUTED_LOGGERS
 
     def _write_properties(self) -> None:
         settings = mm2_settings(self.options, self.source_bootstrap, self.target_bootstrap)
         self.properties.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
 
     def _start_mirror(self) -> None:
-        with open(self.out_dir / "mirror.log", "ab") as log_file:
+        with open(self.out_dir / MIRROR_LOG_FILE, "ab") as log_file:
             self.mirror = subprocess.Popen(self.wrap([sys.executable, "-m", "kspec.cli", "mirror", str(self.properties)]),
                                            stdout=subprocess.DEVNULL, stderr=log_file, stdin=subprocess.DEVNULL)
 
@@ -129,6 +134,7 @@ class MirrorWorkload:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.route_log()
         self._write_properties()
         o = self.options
         admin = AdminClient({"bootstrap.servers": self.source_bootstrap, "logger": CLIENT_LOG})
@@ -147,6 +153,26 @@ class MirrorWorkload:
             self.threads.append(threading.Thread(target=self._kill_and_restart, name="mirror-kill", daemon=True))
         for thread in self.threads:
             thread.start()
+
+    def route_log(self) -> None:
+        """This process's mirror log lines (ROUTED_LOGGERS) into MIRROR_LOG_FILE until detach_log()."""
+        if self.log_handler is not None:
+            return
+        self.log_handler = logging.FileHandler(self.out_dir / MIRROR_LOG_FILE)
+        self.log_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s (harness): %(message)s"))
+        for name in ROUTED_LOGGERS:
+            logging.getLogger(name).addHandler(self.log_handler)
+            logging.getLogger(name).propagate = False
+
+    def detach_log(self) -> None:
+        """Undo route_log (close() does; so does a lane that aborts)."""
+        if self.log_handler is None:
+            return
+        for name in ROUTED_LOGGERS:
+            logging.getLogger(name).removeHandler(self.log_handler)
+            logging.getLogger(name).propagate = True
+        self.log_handler.close()
+        self.log_handler = None
 
     def wait_copying(self, timeout_s: float = COPYING_TIMEOUT_S) -> bool:
         """Wait until the mirror has committed progress (it is up and copying); False on timeout."""
@@ -354,4 +380,5 @@ class MirrorWorkload:
                                    (checkpoints, CHECKPOINTS_SCHEMA, CHECKPOINTS_FILE)):
             pq.write_table(pa.Table.from_pylist(rows, schema=schema), self.out_dir / name)
         (self.out_dir / KILLS_FILE).write_text(json.dumps(self.kills, indent=2) + "\n")
+        self.detach_log()
         return self.out_dir

@@ -93,6 +93,27 @@ def wait_reachable(admin: AdminClient, connection: ConnectionLog, stopping: thre
     return None
 
 
+def init_transactions(producer: Producer, what: str, stopping: threading.Event,
+                      attempt_timeout_s: float = REQUEST_TIMEOUT_S) -> bool:
+    """The transactional producer's init_transactions, called again with exponential backoff
+    (logged) while it fails with a retriable error (a coordinator not available, a timeout):
+    librdkafka's call resumes where the last one stopped, and Kafka's initTransactions may be
+    retried after a TimeoutException, so a slow coordinator is waited for, not a reason to exit.
+    False if asked to stop meanwhile; a fatal error (fenced, not authorized) is raised."""
+    backoff_s = BACKOFF_S_MIN
+    while not stopping.is_set():
+        try:
+            producer.init_transactions(attempt_timeout_s)
+            return True
+        except KafkaException as error:
+            if not error.args[0].retriable():
+                raise
+            log.warning("%s: init_transactions: %s; retrying in %.1f s", what, error.args[0].str(), backoff_s)
+        stopping.wait(backoff_s)
+        backoff_s = min(backoff_s * 2, BACKOFF_S_MAX)
+    return False
+
+
 def create_topics(admin: AdminClient, alias: str, topics: list[NewTopic]) -> None:
     """Create the topics, waiting for the answer; one that exists already is fine, any other
     refusal is a MirrorError naming the topic, the reason and the key that mends it."""

@@ -47,8 +47,8 @@ from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermission
 
 from mirror import acls
 
-from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, partition_count,
-                            read_to_end, wait_reachable)
+from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, init_transactions,
+                            partition_count, read_to_end, wait_reachable)
 from mirror.config import FlowConfig
 from mirror.offsets import SyncStore, SyncWriter
 from mirror.policy import HEARTBEATS_TOPIC
@@ -123,6 +123,8 @@ class Flow:
         self.target_producer = build("producer", c.target_clients, self.target_connection,
                                      **{"client.id": f"{c.name}-internal", "partitioner": "murmur2_random"})
         self.tasks = [SourceTask(self, task) for task in range(c.tasks_max)]
+        if not all(task.ready for task in self.tasks):
+            return False
         self._recover_progress()
         if c.emit_offset_syncs:
             self._read_offset_syncs()
@@ -403,9 +405,9 @@ class SourceTask:
         if c.exactly_once:
             data_settings["transactional.id"] = c.transactional_id(index)
         self.data_producer = build("producer", c.target_clients, flow.target_connection, **data_settings)
-        if c.exactly_once:
-            # Fences an earlier incarnation and aborts its open transaction before progress is read.
-            self.data_producer.init_transactions(REQUEST_TIMEOUT_S)
+        # Fences an earlier incarnation and aborts its open transaction before progress is read;
+        # False when the mirror was asked to stop before the coordinator answered.
+        self.ready = not c.exactly_once or init_transactions(self.data_producer, self.name, self.stopping)
 
     def add(self, topic: str, partition: int) -> None:
         """The connector deals a partition to this task (from the connector's thread)."""

@@ -76,3 +76,26 @@ def test_a_self_mirroring_lane_killed_mid_stream_holds_mir_1_to_3_in_the_merged_
     assert merged["mirror"]["records"]["source"] == side.result["completions"]["send-ok"]
     assert merged["mirror"]["flow"] == "primary->backup"
     assert (out / "mm2.properties").read_text().count(broker.bootstrap) == 2, "one cluster on both sides"
+
+
+def test_the_harness_s_mirror_warnings_go_to_mirror_log_not_the_terminal(tmp_path, caplog):
+    """During a run the workload's own warnings (a mirror restarted, checkpoints behind) and those of
+    the mirror's clients it reads with go to the run's mirror.log beside the mirror process's lines."""
+    import logging
+
+    from faults.mirror_workload import MIRROR_LOG_FILE, MirrorWorkload
+    workload = MirrorWorkload("127.0.0.1:1", "127.0.0.1:1", tmp_path)
+    workload.route_log()
+    try:
+        with caplog.at_level(logging.WARNING):
+            logging.getLogger("faults.mirror").warning("the mirror exited (status 1); starting it again")
+            logging.getLogger("mirror").warning("cluster primary cannot be reached")
+    finally:
+        workload.detach_log()
+    lines = (tmp_path / MIRROR_LOG_FILE).read_text().splitlines()
+    assert [line.split(" (harness): ")[1] for line in lines] == [
+        "the mirror exited (status 1); starting it again", "cluster primary cannot be reached"]
+    assert caplog.records == [], "nothing reached the terminal's handlers"
+    with caplog.at_level(logging.WARNING):
+        logging.getLogger("mirror").warning("after the run")
+    assert [r.getMessage() for r in caplog.records] == ["after the run"], "detached: logged as before"
