@@ -11,7 +11,7 @@ history is complete and checkable alone, as `kspec check` checks any run:
 |---|---|---|
 | main | the queue workload (assign, acks=all, idempotent) | ORD-*, DUR-1, VIS-*, IDM-1, REP-*, PRO-1 |
 | (main) | beside it the Connect pipeline with exactly.once.source.support=enabled (`--workload connect` runs it at least once), in RUN/connect/ (a "connect" lane skipped, with why, when it does not start) | CON-1, CON-2, CON-3 |
-| txn | transactions of sends and polls (--txn) | TXN-1, TXN-2 |
+| txn | transactions of sends and polls (--txn), a tenth aborted by the client after their sends were acked | TXN-1, TXN-2 |
 | groups | subscribe mode, one group (--sub-via subscribe) | GRP-1, GRP-2, GRP-3 |
 | acks1 | acks=1, no idempotence (--acks 1) | DUR-2 |
 | compact | cleanup.policy=compact, small segments, tombstones | RET-1 |
