@@ -176,12 +176,6 @@ def _definite_error_codes() -> frozenset[int]:
                       KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 
-@functools.cache
-def _msg_timed_out_code() -> int:
-    from confluent_kafka import KafkaError
-    return KafkaError._MSG_TIMED_OUT
-
-
 def producer_config(bootstrap: str, options: WorkloadOptions, extra: dict | None = None) -> dict:
     # without idempotence a retried request can land after a later one: one request in flight
     # keeps the producer within ORD-2's condition (idempotence on, or max in-flight 1)
@@ -288,8 +282,9 @@ class Sender:
         definite = _definite_error_codes()
         all_definite = len(errors) == len(acked) and all(e is NOT_HANDED_OVER or _code(e) in definite for e in errors)
         kind = "fail" if all_definite else "info"
+        from confluent_kafka import KafkaError
         timed_out = [[r.topic, r.partition, r.value] for r, (error, _) in zip(send.records, send.outcomes)
-                     if error is not None and _code(error) == _msg_timed_out_code()]
+                     if error is not None and _code(error) == KafkaError._MSG_TIMED_OUT]
         self.recorder.complete(send.invocation, kind, mops=acked,
                                extra={"error": str(errors[0]), **({"timed_out": timed_out} if timed_out else {})})
         return kind

@@ -1,7 +1,7 @@
 """The workload's clients against a real broker. Pipelined sends (faults.workload.Sender): a
 send waiting on a paused broker holds up no other send, every send in flight is its own
 process, and every send invoked completes: ok with its offset, or info once
-message.timeout.ms has passed. Assign (faults.workload.Client): a partition kept resumes
+message.timeout.ms has passed, naming the records reported timed out. Assign (faults.workload.Client): a partition kept resumes
 where the process last read, also when nothing was read since the last assign."""
 from __future__ import annotations
 
@@ -90,6 +90,9 @@ def test_sends_to_a_paused_broker_return_at_once_and_complete_as_info_on_retired
     completions = sends_of(tmp_path, sends)
     assert {op.type for op in completions} == {"info"}
     assert len({op.process for op in completions}) == len(sends), "a process whose op is info is retired"
+    # each op names its record librdkafka reported timed out (_MSG_TIMED_OUT): IDM-1 allows its resend's duplicate
+    assert sorted(tuple(r) for op in completions for r in op.extra["timed_out"]) == \
+        sorted((r.topic, r.partition, r.value) for r in sends)
     assert sender.idle_processes == []
 
 
