@@ -15,7 +15,7 @@ import random
 import threading
 
 from faults.recorder import Recorder
-from faults.workload import COMPACTION_KEYS, WorkloadOptions, encode_long, producer_config
+from faults.workload import COMPACTION_KEYS, WorkloadOptions, _is_fatal, encode_long, producer_config
 from spec.history import topic_partition
 
 TOMBSTONE_INTERVAL_S = 0.5
@@ -24,12 +24,15 @@ FLUSH_TIMEOUT_S = 30.0
 
 class Tombstoner:
     def __init__(self, bootstrap: str, options: WorkloadOptions, recorder: Recorder, process: int, seed: int) -> None:
-        from confluent_kafka import Producer
-        self.options, self.recorder, self.process = options, recorder, process
+        self.bootstrap, self.options, self.recorder, self.process = bootstrap, options, recorder, process
         self.rng = random.Random(seed)
-        self.producer = Producer(producer_config(bootstrap, options))
+        self.producer = self._new_producer()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="tombstones", daemon=True)
+
+    def _new_producer(self):
+        from confluent_kafka import Producer
+        return Producer(producer_config(self.bootstrap, self.options))
 
     def start(self) -> "Tombstoner":
         self.thread.start()
@@ -56,8 +59,10 @@ class Tombstoner:
             self.producer.produce(topic, key=encode_long(key) + encode_long(sub_key), value=None, partition=partition,
                                   on_delivery=lambda err, msg: outcome.update(error=err, offset=msg.offset()))
             self.producer.flush(FLUSH_TIMEOUT_S)
-        except (BufferError, KafkaException) as e:
-            outcome = {"error": e}
+        except (BufferError, KafkaException, SystemError) as e:  # SystemError: raised in the delivery callback
+            outcome = {"error": e.__cause__ or e if isinstance(e, SystemError) else e}
+            if _is_fatal(e):  # e.g. OUT_OF_ORDER_SEQUENCE_NUMBER: every later tombstone would fail; a new producer
+                self.producer = self._new_producer()
         if outcome and outcome["error"] is None:
             self.recorder.complete(invocation, "ok", extra={**extra, "offset": outcome["offset"]})
         else:
