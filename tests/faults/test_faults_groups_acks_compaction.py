@@ -5,6 +5,7 @@ with pyarrow, so they run here without Spark."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ def test_group_members_under_coordinator_kills_keep_one_owner_per_generation_and
                                sub_via="subscribe", assignor=assignor)
     fault_run(tmp_path / "run", workload, seed=3)
     assert json.loads((tmp_path / "run" / "run.json").read_text())["sub_via"] == ["subscribe"]
+    offsets_replicas = Counter(path.name for path in (tmp_path / "run").glob("node-*/__consumer_offsets-*"))
+    assert set(offsets_replicas.values()) == {3}, f"__consumer_offsets has every replica: {offsets_replicas}"
     ops = history_ops(tmp_path / "run")
     rebalances = [op for op in ops if op.f == "rebalance" and op.type == "ok"]
     assigned = [op for op in rebalances if op.extra["event"] == "assign" and op.extra["partitions"]]
