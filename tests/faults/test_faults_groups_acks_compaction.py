@@ -35,8 +35,9 @@ def fault_run(out_dir: Path, workload: WorkloadOptions, seed: int, **options):
 # The KIP-848 case in make test, the classic ones in make bench. It once failed 2 busy fresh-clone runs
 # in 4, every OffsetCommit answered COORDINATOR_NOT_AVAILABLE: a FindCoordinator that reached the cluster
 # while a broker was fenced made __consumer_offsets with fewer replicas than min.insync.replicas=2
-# allows; the topic now waits for offsets.topic.replication.factor unfenced brokers, as Kafka's does
-# (tests/cluster/test_internal_topic_replication.py).
+# allows (the group formed all the same: a refused write's state was kept). The topic now waits for
+# offsets.topic.replication.factor unfenced brokers and a refused write's state is dropped, as in
+# Kafka (tests/cluster/test_internal_topic_replication.py, tests/groups/test_groups_failed_writes.py).
 @pytest.mark.parametrize("assignor", [pytest.param("roundrobin", marks=pytest.mark.soak),  # eager, as range
                                       pytest.param("cooperative-sticky", marks=pytest.mark.soak), "consumer"])
 def test_group_members_under_coordinator_kills_keep_one_owner_per_generation_and_every_acknowledged_commit(
