@@ -45,7 +45,7 @@ from typing import Callable
 
 from faults.net import Network
 from faults.proxy import ToxiproxyClient
-from reference.process import BrokerProcess
+from reference.process import BrokerProcess, internal_topic_replication
 
 MODES = ("netns", "proxy")
 NETNS_PORT = 9092
@@ -332,7 +332,7 @@ def reference_overrides(nodes: int, voters: str) -> dict[str, str]:
     if nodes == 1:
         return dict(NO_AUTO_CREATE)
     return {**NO_AUTO_CREATE, "controller.quorum.voters": voters, "default.replication.factor": str(min(nodes, 3)),
-            "min.insync.replicas": str(min(nodes, 2)), **FAULT_RUN_TIMEOUTS}
+            **internal_topic_replication(nodes), "min.insync.replicas": str(min(nodes, 2)), **FAULT_RUN_TIMEOUTS}
 
 
 def reference_target(nodes: int, run_dir: Path, mode: str, network: Network | None = None,

@@ -94,7 +94,7 @@ class BrokerConfig:
     group_consumer_max_heartbeat_interval_ms: int = 15_000
     # Transaction coordinator (reference/transaction/); Kafka's default partition count is 50.
     transaction_state_log_num_partitions: int = 8
-    transaction_state_log_replication_factor: int = 3  # capped by the brokers alive when the topic is created
+    transaction_state_log_replication_factor: int = 3  # enforced when a cluster makes the topic (KIP-115)
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # Historical transaction bugs (reference/transaction/partition.py TransactionBugs), off by default;
@@ -120,7 +120,7 @@ class BrokerConfig:
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1 * MiB
     replica_high_watermark_checkpoint_interval_ms: int = 5000
-    offsets_topic_replication_factor: int = 3  # capped by the brokers alive when the topic is created
+    offsets_topic_replication_factor: int = 3  # enforced when a cluster makes the topic (KIP-115)
     # Historical replication bugs (reference/replication/replica.py ReplicationBugs), off by default.
     kspec_bug_truncation: str = "kip279"
     kspec_bug_ack_before_isr: bool = False

@@ -34,6 +34,17 @@ FAST_FAILOVER = {
 }
 
 
+INTERNAL_TOPIC_REPLICATION_FACTOR_MAX = 3  # offsets.topic.replication.factor's default (and the transactions')
+
+
+def internal_topic_replication(brokers: int) -> dict[str, str]:
+    """The internal topics' replication factors for a cluster of `brokers` brokers: Kafka's
+    default of 3, or fewer for a smaller cluster, as Kafka's own single-broker configs set them
+    (a cluster makes `__consumer_offsets` only once this many brokers are unfenced, KIP-115)."""
+    factor = str(min(brokers, INTERNAL_TOPIC_REPLICATION_FACTOR_MAX))
+    return {"offsets.topic.replication.factor": factor, "transaction.state.log.replication.factor": factor}
+
+
 class BrokerNotReady(RuntimeError):
     pass
 
@@ -187,6 +198,7 @@ class ClusterProcess:
             node_id: BrokerProcess(os.path.join(base_dir, f"node{node_id}"), listen=self.addresses[node_id],
                                    node_id=node_id,
                                    overrides={**({"process.roles": roles[node_id]} if node_id in roles else {}),
+                                              **internal_topic_replication(nodes),
                                               "controller.quorum.voters": voters, **(overrides or {})})
             for node_id in self.controller_ids + self.broker_ids}
 

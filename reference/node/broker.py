@@ -237,8 +237,8 @@ class Broker(BrokerBase):
 
     def create_internal_topic(self, name: str, num_partitions: int, replication_factor: int,
                               configs: dict[str, str], now_ms: int) -> None:
-        """An internal topic for a coordinator (offsets.topic.replication.factor is capped
-        by the live brokers: one here)."""
+        """An internal topic for a coordinator, with one replica: a single node has no other
+        broker to place one on (a cluster waits for its replication factor, KIP-115)."""
         if name not in self.image.topics_by_name:
             self.create_topic(name, num_partitions, min(replication_factor, self.live_broker_count), configs,
                               validate_only=False, now_ms=now_ms)

@@ -132,9 +132,16 @@ class GroupCoordinatorRuntime(PartitionLeadershipRuntime):
         return task
 
     async def _reply_once_replicated(self, effects: Effects, error: ErrorCode, required) -> ErrorCode:
+        """Reply once the records are replicated. A failed write drops their partitions, whose
+        state is read again from the log: the coordinator changed its state before the write, and
+        a refused commit must not be what OffsetFetch returns, nor a member's new epoch be kept
+        (Kafka's CoordinatorRuntime reverts to the last committed state when a write fails)."""
         if error == ErrorCode.NONE:
             error = coordinator_error(await self.replicated(required, OFFSETS_COMMIT_TIMEOUT_MS))
         for future, response in effects.replies:
             if not future.done():
                 future.set_result(response if error == ErrorCode.NONE else {**response, "error_code": error})
+        if error != ErrorCode.NONE:
+            for partition in {record.partition for record in effects.records}:
+                self.drop(partition)
         return error

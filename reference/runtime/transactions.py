@@ -4,15 +4,15 @@ that write state records and markers (Kafka's TransactionCoordinator, Transactio
 and TransactionMarkerChannelManager, and the transactional side of its ReplicaManager).
 
 Coordinator. A node coordinates the transactional ids whose `__transaction_state` partition
-it leads (the topic is replicated: RF min(transaction.state.log.replication.factor, live
-brokers)). It loads a partition once its log is committed to the end, replaying it under the
-partition's leader epoch, which becomes the coordinator epoch its markers carry; it resumes
-every transaction prepared there but not completed, and drops the partition when it stops
-leading (Kafka's onElection / onResignation). Other ids get NOT_COORDINATOR, or
-COORDINATOR_LOAD_IN_PROGRESS while loading. State records are appended with acks=all and
-a reply waits until the high watermark passes them; while an id's records are in flight its
-requests get CONCURRENT_TRANSACTIONS (Kafka's pending state), and a failed write drops the
-partition, so that its state is read again from the log.
+it leads (the topic is replicated: transaction.state.log.replication.factor replicas, made once
+that many brokers are unfenced; one on a single node). It loads a partition once its log is
+committed to the end, replaying it under the partition's leader epoch, which becomes the
+coordinator epoch its markers carry; it resumes every transaction prepared there but not
+completed, and drops the partition when it stops leading (Kafka's onElection / onResignation).
+Other ids get NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while loading. State records are
+appended with acks=all and a reply waits until the high watermark passes them; while an id's
+records are in flight its requests get CONCURRENT_TRANSACTIONS (Kafka's pending state), and a
+failed write drops the partition, so that its state is read again from the log.
 
 Markers. Once PrepareCommit/PrepareAbort is replicated, EndTxn is answered and the markers
 go to the leader of every partition of the transaction: appended here with the coordinator

@@ -7,8 +7,11 @@ and the managers that use it:
 - AlterPartitionManager: this broker's ISR changes as AlterPartition (KIP-497), one request in
   flight, all pending partitions in it.
 - AutoTopicCreationManager: internal topics the coordinators need (`__consumer_offsets`,
-  `__transaction_state`) and topics auto-created by Metadata, as CreateTopics; the replication
-  factor is capped by the live brokers.
+  `__transaction_state`) and topics auto-created by Metadata, as CreateTopics with the configured
+  replication factor. While fewer brokers are unfenced the controller refuses it
+  (INVALID_REPLICATION_FACTOR) and it is asked again on a later tick: Kafka enforces
+  `offsets.topic.replication.factor` at creation (KIP-115), so a topic made while a broker is
+  fenced does not keep fewer replicas than configured for good.
 
 The active controller is the Raft leader this node knows of. Each user has connections of its
 own (`ControllerChannel`): a heartbeat queued behind a slow command to a controller that is gone
@@ -17,6 +20,7 @@ would miss the session timeout and get a live broker fenced.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import uuid
 
@@ -36,6 +40,8 @@ ENVELOPE_VERSION = 0
 ALTER_PARTITION_VERSION = 2  # topic ids; v3 adds the ISR members' broker epochs (KIP-903)
 CREATE_TOPICS_VERSION = 7
 FRAME_SIZE = struct.Struct(">i")
+
+log = logging.getLogger("kspec.broker")
 
 
 class ControllerChannel:
@@ -147,6 +153,7 @@ class AutoTopicCreationManager:
         self.broker = server.broker
         self.channel = ControllerChannel(server, "topic-creation")
         self._creating: dict[str, asyncio.Task] = {}
+        self._refused: dict[str, ErrorCode] = {}  # the last refusal logged, by topic: logged once per change
 
     def maybe_create(self) -> None:
         for name, (partitions, replication_factor, configs) in self.broker.wanted_internal_topics.items():
@@ -157,11 +164,16 @@ class AutoTopicCreationManager:
         try:
             response = await self.channel.call(ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, {
                 "timeout_ms": 5000, "validate_only": False, "topics": [{
-                    "name": name, "num_partitions": num_partitions,
-                    "replication_factor": max(1, min(replication_factor, self.broker.live_broker_count)),
+                    "name": name, "num_partitions": num_partitions, "replication_factor": replication_factor,
                     "assignments": [], "configs": [{"name": key, "value": value} for key, value in configs.items()]}]})
-            if response.topics[0].error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            answer = response.topics[0]
+            if answer.error_code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                 self.broker.wanted_internal_topics.pop(name, None)
+                self._refused.pop(name, None)
+            elif self._refused.get(name) != answer.error_code:
+                self._refused[name] = ErrorCode(answer.error_code)
+                log.warning("auto topic creation failed for %s with error %s: %s (asked again)",
+                            name, ErrorCode(answer.error_code).name, answer.error_message)
         except (*PEER_ERRORS, KafkaError):
             pass  # asked again on a later tick
         finally:
