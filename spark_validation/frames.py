@@ -23,6 +23,8 @@ stream and the seconds the check took there (and one BUILD row per partition).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -56,6 +58,7 @@ RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("
 RESULT_DDL = "check string, seconds double, rows binary"
 BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+_MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)  # glibc only
 OP_KEY_SPAN = 1 << 36  # (process, op index) as one int64: process * OP_KEY_SPAN + index
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
@@ -100,8 +103,11 @@ def read_ipc(payload: bytes) -> pa.Table:
 def release_memory() -> None:
     """Return what a task freed to the system: Python workers are reused (session.py), and one
     that waits for its next task should not hold the last one's partitions while the driver
-    runs the cycle search."""
+    runs the cycle search. Arrow's pool keeps freed pages until asked; so does glibc's malloc
+    for the task's Python objects (the blobs' bytes), in the middle of its heap, until malloc_trim."""
     pa.default_memory_pool().release_unused()
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _codes(column: pa.ChunkedArray, codes: dict[str, int]) -> pa.Array:

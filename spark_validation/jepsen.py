@@ -17,7 +17,6 @@ A record that is not a Jepsen op raises JepsenError naming its line.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -27,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_validation.edn import EdnEndError, EdnError, Keyword, UnexpectedCloser, read_all, to_json
-from spark_validation.jepsen_lines import LINE, rows_of
+from spark_validation.jepsen_lines import LINE, line_groups, rows_of
 from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA, NEMESIS_PROCESS, TYPES, Op, ops_from_table
 
 OP_FIELDS = ("index", "time", "process", "type", "f", "value")
@@ -285,7 +284,8 @@ def read_range(path: Path, start_byte: int, end_byte: int, vectorised: bool = Tr
     lines = data.split(b"\n")
     if lines[-1] == b"":
         lines.pop()
-    matches: list[re.Match | None] = [LINE.fullmatch(line) for line in lines] if vectorised else [None] * len(lines)
+    matches = line_groups(data) if vectorised else [None] * len(lines)
+    assert len(matches) == len(lines)
     reader, rows = EdnRecords(at_file_start=start_byte == 0), HistoryRows()
     line_now = 0
 
