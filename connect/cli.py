@@ -17,6 +17,9 @@ import sys
 
 import click
 
+from confluent_kafka import KafkaException
+
+from connect.api import ConnectError
 from connect.config import ConfigError, WorkerConfig, read_properties
 from connect.herder import ConnectRestError
 from connect.plugins import Plugins
@@ -74,8 +77,10 @@ def _run(config: WorkerConfig, make_herder, connectors: list[dict[str, str]]) ->
         except OSError as e:
             _fail(f"cannot listen on {host or '0.0.0.0'}:{port} (listeners / rest.port): {e.strerror}")
         worker_id = f"{advertised_host}:{config.get('rest.advertised.port') or rest.port}"
-        herder = await loop.run_in_executor(None, make_herder, plugins, worker_id,
-                                            f"http://{worker_id}/")
+        try:
+            herder = await loop.run_in_executor(None, make_herder, plugins, worker_id, f"http://{worker_id}/")
+        except (ConnectError, KafkaException, TimeoutError) as e:  # its internal topics cannot be read
+            _fail(f"the worker did not start: {e}")
         rest.herder = herder
         failure = None
         for props in connectors:

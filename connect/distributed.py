@@ -297,6 +297,8 @@ class DistributedHerder(Herder):
         offset = self.config_state.offset
         configured = self.config_state.configured_work()
         if offset < max_offset:  # a member has seen configs the leader cannot read yet
+            log.warning("config topic read to offset %d, but a member has read to %d: assignment failed "
+                        "(CONFIG_MISMATCH), everyone rejoins", offset, max_offset)
             mismatch = protocol.Assignment(protocol.CONFIG_MISMATCH, leader_id, self.url, offset)
             return {m: protocol.encode_assignment(0, mismatch) for m in members}
         if protocol_name == "default":
@@ -332,6 +334,9 @@ class DistributedHerder(Herder):
                 return
             generation, member_id, protocol_name, a = self.pending_assignment
             if a.error == protocol.CONFIG_MISMATCH:
+                log.warning("generation %d: assignment failed (the leader's config offset %d, ours %d); "
+                            "reading the config topic to its end and rejoining", generation, a.config_offset,
+                            self.config_state.offset)
                 self.pending_assignment = None
                 self.config_log.read_to_end()
                 self.coordinator.request_rejoin()

@@ -16,6 +16,8 @@ from confluent_kafka import (OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaEr
                              TopicPartition)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from connect.api import ConnectError
+
 log = logging.getLogger("connect.kafkalog")
 
 READ_BATCH_RECORDS_MAX = 1000
@@ -27,6 +29,9 @@ LEADER_MOVED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER
                           KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT,
                           KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 TOPIC_CREATE_TIMEOUT_S = 30.0
+# how long, and how often, the log asks for its topic's partitions before it starts reading
+PARTITIONS_TIMEOUT_S = 30.0
+PARTITIONS_BACKOFF_S_MIN, PARTITIONS_BACKOFF_S_MAX = 0.1, 1.0
 
 
 class KafkaBasedLog:
@@ -41,8 +46,7 @@ class KafkaBasedLog:
         self.consumer = Consumer({**client_configs["consumer"], "group.id": f"connect-log-{topic}",
                                   "enable.auto.commit": False, "isolation.level": "read_committed",
                                   "enable.partition.eof": False})
-        metadata = self.admin.list_topics(topic, timeout=10).topics[topic]
-        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(metadata.partitions)]
+        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in self._partition_ids()]
         self.consumer.assign(self.partitions)
         self.positions: dict[int, int] = {}
         self.progress = threading.Condition()
@@ -60,6 +64,24 @@ class KafkaBasedLog:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+
+    def _partition_ids(self) -> list[int]:
+        """The topic's partitions, asked for until some are known, as Kafka's KafkaBasedLog.start
+        does. Right after the topic is created, a broker whose metadata has not caught up yet
+        answers without them (LEADER_NOT_AVAILABLE); a log that took that answer would read no
+        partition at all, and its read_to_end would return at once, forever behind."""
+        deadline, backoff_s = time.monotonic() + PARTITIONS_TIMEOUT_S, PARTITIONS_BACKOFF_S_MIN
+        while True:
+            metadata = self.admin.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            if metadata is not None and metadata.partitions:
+                return sorted(metadata.partitions)
+            if time.monotonic() + backoff_s > deadline:
+                raise ConnectError(f"could not look up the partitions of topic {self.topic} within "
+                                   f"{PARTITIONS_TIMEOUT_S} s ({metadata.error if metadata is not None else 'unknown'})")
+            log.info("%s: no partitions known yet (%s); asking again in %.1f s", self.topic,
+                     metadata.error if metadata is not None else "not listed", backoff_s)
+            time.sleep(backoff_s)
+            backoff_s = min(2 * backoff_s, PARTITIONS_BACKOFF_S_MAX)
 
     def _read(self) -> None:
         while not self.stopping.is_set():

@@ -50,6 +50,9 @@ READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 REST_TIMEOUT_S = 30.0
 CREATE_TIMEOUT_S = 60.0
+# a pipeline whose workers do not start, or whose connectors are not created in time, is started
+# again (its workers killed and started anew), as an operator would, this many times in all
+START_ATTEMPTS_MAX = 3
 READ_TIMEOUT_S = 60.0
 POLL_S = 0.2
 APPEND_BATCH_LINES_MAX = 50
@@ -206,25 +209,42 @@ class ConnectPipeline:
         except KafkaException as e:
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-        for index in range(self.options.workers):
-            worker = _Worker(index, self._worker_properties(index), self.out_dir / f"worker-{index}.log")
-            worker.start()
-            self.workers.append(worker)
-        self._create("source", {"connector.class": "FileStreamSource", "file": str(self.source_path),
-                                "topic": self.options.topic, "batch.size": "200"})
-        self._create("sink", {"connector.class": "FileStreamSink", "file": str(self.sink_path),
-                              "topics": self.options.topic})
+        self.workers = [_Worker(index, self._worker_properties(index), self.out_dir / f"worker-{index}.log")
+                        for index in range(self.options.workers)]
+        for attempt in range(1, START_ATTEMPTS_MAX + 1):
+            try:
+                self._start_workers_and_connectors()
+                break
+            except RuntimeError as e:
+                for worker in self.workers:
+                    worker.kill()
+                if attempt == START_ATTEMPTS_MAX:
+                    raise RuntimeError(f"{e} (in each of {attempt} attempts, the workers started anew "
+                                       "between them)") from e
+                log.warning("the Connect pipeline did not start (%s); its workers start anew (attempt %d of %d)",
+                            e, attempt + 1, START_ATTEMPTS_MAX)
         self.threads = [threading.Thread(target=self._append, name="connect-append", daemon=True)]
         if self.options.kill_interval_s > 0:
             self.threads.append(threading.Thread(target=self._kill_and_restart, name="connect-kill", daemon=True))
         for thread in self.threads:
             thread.start()
 
+    def _start_workers_and_connectors(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        self._create("source", {"connector.class": "FileStreamSource", "file": str(self.source_path),
+                                "topic": self.options.topic, "batch.size": "200"})
+        self._create("sink", {"connector.class": "FileStreamSink", "file": str(self.sink_path),
+                              "topics": self.options.topic})
+
     def _create(self, name: str, config: dict[str, str]) -> None:
         """PUT the connector's config through any worker; 409 until the group has a leader."""
         deadline = time.monotonic() + CREATE_TIMEOUT_S
         while True:
-            worker = self.rng.choice([w for w in self.workers if w.running])
+            running = [w for w in self.workers if w.running]
+            if not running:
+                raise RuntimeError(f"connector {name} not created: every worker exited (see {self.out_dir})")
+            worker = self.rng.choice(running)
             try:
                 status = worker.rest("PUT", f"/connectors/{name}/config", {**config, "name": name})
             except (urllib.error.URLError, OSError) as e:

@@ -68,3 +68,35 @@ def test_a_pipeline_with_worker_kills_loses_no_line_and_the_checker_finds_tamper
     assert twice in found["connect-duplicate"][0] and found["connect-duplicate"][1] is False, found
     assert {a for a, (_, violation) in found.items() if violation} == {"connect-sink-lost"}, found
     assert verdict["guarantees"]["CON-1"]["status"] == "violated"
+
+
+def test_a_pipeline_whose_first_start_fails_starts_its_workers_anew(broker, tmp_path, monkeypatch, caplog):
+    """As an operator would: a worker that does not start (here the first start of worker 1 is
+    made to fail as a start does when its internal topics cannot be read) gets the pipeline's
+    workers killed and started again, and the connectors are created then."""
+    from faults import connect_workload
+
+    failed = []
+    start = connect_workload._Worker.start
+
+    def first_start_of_worker_1_fails(worker):
+        if worker.index == 1 and not failed:
+            failed.append(worker.index)
+            raise RuntimeError(f"connect worker {worker.index} did not start; see {worker.log_path}")
+        start(worker)
+
+    monkeypatch.setattr(connect_workload._Worker, "start", first_start_of_worker_1_fails)
+    options = ConnectWorkloadOptions(workers=2, kill_interval_s=0, topic="restarted-lines", replication_factor=1,
+                                     session_timeout_ms=3000, rebalance_delay_ms=1000)
+    pipeline = ConnectPipeline(broker.bootstrap, tmp_path / "run", options, seed=3)
+    try:
+        pipeline.start()
+        assert failed == [1]
+        assert "its workers start anew (attempt 2 of 3)" in caplog.text
+        assert all(worker.running for worker in pipeline.workers)
+        for name in ("source", "sink"):
+            assert pipeline.workers[0].rest("GET", f"/connectors/{name}") == 200
+    finally:
+        pipeline.stop_invoking()
+        for worker in pipeline.workers:
+            worker.kill()
