@@ -87,6 +87,17 @@ class RowGroupReader:
         return self.files[file].read_row_group(group, columns=columns)
 
 
+def read_filtered(path: str | Path, columns: list[str], keep: Callable[[pa.Table], pa.Array]) -> pa.Table | None:
+    """The rows keep selects of a history's columns (None for a history without files), read one
+    row group at a time: the driver never holds whole columns of a long history."""
+    history = RowGroupReader([])
+    parts = []
+    for file, group in row_groups(path):
+        rows = history.read(file, group, columns)
+        parts.append(rows.filter(keep(rows)))
+    return pa.concat_tables(parts) if parts else None
+
+
 def to_ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=IPC_OPTIONS) as writer:
