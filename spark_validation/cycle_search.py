@@ -1,28 +1,28 @@
 """The cycle search on Spark in bounded memory: the dependency graph is cut where no cycle can
-cross, and each piece (a chunk of the history) is searched by one task with cycles.find_cycles.
+cross, and each piece (a span of time of the history) is searched by one task with cycles.find_cycles.
 
-Positions are op indices (an op's completion's place in the history); cut c lies between
-positions c and c+1. A cycle spanning cut c crosses it both ways. rt edges only go forward
-(an op that completed before another began completed earlier, so sits earlier in a history
-kept in time order), so the backward crossing is a dependency edge from a later op to an
-earlier one (two overlapping ops, or an anomaly). A cut no backward edge spans (a free cut)
-splits the graph: no cycle crosses it, and the rt reduction of each side is the whole
-history's restricted to it (an op that completes between two ops sits between them).
+A cut at time t splits the ops into those completed by t and those completed after. A cycle
+with ops on both sides crosses the cut both ways. rt edges only go forward (an op that
+completed before another began completed earlier), so the backward crossing is a dependency
+edge from a later-completed op to an earlier one (two overlapping ops, or an anomaly). A cut no
+backward edge spans (a free cut) splits the graph: no cycle crosses it, and the rt reduction
+on each side is the whole history's restricted to it (an op that completes between two ops
+completes between them).
 
 1. The ops pass reads every client op's completion (index, type, invocation and completion
-   times) once, as compressed blobs per row group, and checks the history is in time order:
-   completion times non-decreasing with the index, every invocation before its completion.
-   A history that is not is searched whole, in one task.
-2. The window pass: from every CHUNK_POSITIONS-th cut on, a window of WINDOW_CUTS cuts; each
-   edge task counts the backward edges over each window's cuts (difference arrays), the
-   driver sums them (a WINDOW_CUTS-integer array per window) and cuts at each window's first
-   free cut. A window with none joins its chunks: correct, only larger.
+   times) once, as compressed blobs per row group, with every chunk_ops-th completion time of
+   the row group (candidate cuts) and whether every invocation came at or before its completion
+   (a history where one did not is searched whole, in one task).
+2. The window pass: from each candidate, a window of WINDOW_BINS bins of about the mean time
+   between completions; each edge task counts the backward edges over each bin (difference
+   arrays), the driver sums them and cuts each window in its first bin no backward edge touches.
+   A window with none joins its chunks: correct, only larger.
 3. Edges and ops are re-blobbed by chunk and shuffled so that each chunk is one task's; each
    task holds one chunk at a time. The cycles come back as anomaly rows with their place in
    the order a search of the whole graph reports them: the first CYCLE_ROWS_MAX rows and the
-   count of the rest by anomaly (a long history of overlapping transactions has millions).
+   count of all by anomaly (a long history of overlapping transactions has millions).
 
-The driver holds only per-task and per-window summaries and the rows it reports.
+The driver holds the candidates (one per chunk_ops ops), one window per candidate and the rows it reports.
 """
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ from spark_validation.frames import RowGroupReader, read_ipc, release_memory, ro
 from spark_validation.options import RunOptions
 from spec.history import CLIENT_FS
 
-CHUNK_POSITIONS = 1 << 20   # history positions (about half as many ops) per chunk, where a free cut is near
-WINDOW_CUTS = 1 << 12       # cuts searched for a free one past each CHUNK_POSITIONS-th
-CYCLE_ROWS_MAX = 10_000     # cycle rows reported; the rest are counted
-SEARCH_PARTITIONS_MAX = 64  # tasks of the chunk search (each takes its chunks one at a time)
+CHUNK_OPS = 1 << 19          # ops per chunk, about: a candidate cut every CHUNK_OPS completions of a row group
+WINDOW_BINS = 1 << 12        # bins searched for a free cut past each candidate
+CYCLE_ROWS_MAX = 10_000      # cycle rows reported; the rest are counted
+SEARCH_PARTITIONS_MAX = 64   # tasks of the chunk search (each takes its chunks one at a time)
 OP_COLUMNS = ["index", "type", "invoke_time_ns", "time_ns"]
-OPS_SCHEMA = pa.schema([("first_index", pa.int64()), ("last_index", pa.int64()), ("first_ns", pa.int64()),
-                        ("last_ns", pa.int64()), ("in_order", pa.bool_()), ("payload", pa.binary())])
-OPS_DDL = "first_index long, last_index long, first_ns long, last_ns long, in_order boolean, payload binary"
+OPS_SCHEMA = pa.schema([("ops", pa.int64()), ("first_ns", pa.int64()), ("last_ns", pa.int64()),
+                        ("invoked_first", pa.bool_()), ("candidates", pa.list_(pa.int64())), ("payload", pa.binary())])
+OPS_DDL = "ops long, first_ns long, last_ns long, invoked_first boolean, candidates array<long>, payload binary"
 WINDOW_DDL = "window int, diff binary"
 CHUNK_SCHEMA = pa.schema([("chunk", pa.int32()), ("edges", pa.bool_()), ("payload", pa.binary())])
 CHUNK_DDL = "chunk int, edges boolean, payload binary"
@@ -69,52 +69,52 @@ def op_completions(rows: pa.Table) -> pa.Table:
     return ops.set_column(1, "type", pc.cast(ops["type"], pa.string()))
 
 
-def in_time_order(ops: pa.Table) -> bool:
-    """Whether ops (sorted as read) have rising indices, non-decreasing completion times, and
-    every invocation at or before its completion."""
-    index, complete_ns = ops["index"].to_numpy(), ops["time_ns"].to_numpy()
+def invoked_first(ops: pa.Table) -> bool:
+    """Whether every op has an invocation time at or before its completion."""
     invoke = ops["invoke_time_ns"]
-    return bool((index[1:] > index[:-1]).all() and (complete_ns[1:] >= complete_ns[:-1]).all()
-                and invoke.null_count == 0 and (invoke.to_numpy() <= complete_ns).all())
+    return bool(invoke.null_count == 0 and (invoke.to_numpy() <= ops["time_ns"].to_numpy()).all())
 
 
-def window_diffs(src: np.ndarray, dst: np.ndarray, windows: int, chunk_positions: int) -> np.ndarray:
-    """(windows, WINDOW_CUTS + 1) difference arrays: per window, +1 where a backward edge's span
-    of cuts enters it and -1 after it leaves. Window w holds cuts from (w + 1) * chunk_positions."""
-    diff = np.zeros((windows, WINDOW_CUTS + 1), np.int32)
-    back = src > dst
-    lo, hi = dst[back], src[back] - 1  # the cuts the edge spans
-    first = np.maximum(-(-(lo - WINDOW_CUTS + 1) // chunk_positions) - 1, 0)
-    last = np.minimum(hi // chunk_positions - 1, windows - 1)
+def window_diffs(src_ns: np.ndarray, dst_ns: np.ndarray, starts: np.ndarray, bin_ns: int) -> np.ndarray:
+    """(windows, WINDOW_BINS + 1) difference arrays: per window, +1 at the first bin a backward
+    edge's span touches and -1 after the last. Window w holds times from starts[w] (ascending) on,
+    in bins of bin_ns; a backward edge spans the cuts at times dst_ns .. src_ns - 1."""
+    diff = np.zeros((len(starts), WINDOW_BINS + 1), np.int32)
+    back = src_ns > dst_ns
+    lo, hi = dst_ns[back], src_ns[back] - 1
+    ends = starts + WINDOW_BINS * bin_ns - 1
+    first = np.searchsorted(ends, lo, "left")
+    last = np.searchsorted(starts, hi, "right") - 1
     counts = np.maximum(last - first + 1, 0)
     edge = np.repeat(np.arange(len(lo)), counts)
     window = np.repeat(first, counts) + np.arange(len(edge)) - np.repeat(np.cumsum(counts) - counts, counts)
-    start = (window + 1) * chunk_positions
-    np.add.at(diff, (window, np.maximum(lo[edge], start) - start), 1)
-    np.add.at(diff, (window, np.minimum(hi[edge], start + WINDOW_CUTS - 1) - start + 1), -1)
+    start = starts[window]
+    np.add.at(diff, (window, (np.maximum(lo[edge], start) - start) // bin_ns), 1)
+    np.add.at(diff, (window, (np.minimum(hi[edge], ends[window]) - start) // bin_ns + 1), -1)
     return diff
 
 
-def chunk_starts(diff: np.ndarray, chunk_positions: int) -> np.ndarray:
-    """The first position of each chunk: 0, and one past each window's first free cut."""
-    covered = np.cumsum(diff, axis=1)[:, :WINDOW_CUTS]
+def chunk_ends(diff: np.ndarray, starts: np.ndarray, bin_ns: int) -> np.ndarray:
+    """The last completion time of each chunk but the last: in each window, the first bin no
+    backward edge touches (every time in it is a free cut)."""
+    covered = np.cumsum(diff, axis=1)[:, :WINDOW_BINS]
     assert (covered >= 0).all()
-    starts = [0]
-    for window, row in enumerate(covered):
+    ends = []
+    for start, row in zip(starts.tolist(), covered):
         free = np.flatnonzero(row == 0)
         if len(free):
-            starts.append((window + 1) * chunk_positions + int(free[0]) + 1)
-    return np.array(starts, np.int64)
+            ends.append(start + int(free[0]) * bin_ns)
+    return np.unique(np.array(ends, np.int64))
 
 
-def search(spark: SparkSession, edge_blobs: DataFrame, parquet_path: Path,
-           options: RunOptions, chunk_positions: int = CHUNK_POSITIONS) -> tuple[list[dict], dict[tuple[str, bool], int]]:
+def search(spark: SparkSession, edge_blobs: DataFrame, parquet_path: Path, options: RunOptions,
+           chunk_ops: int = CHUNK_OPS) -> tuple[list[dict], dict[tuple[str, bool], int]]:
     """Cycle rows (the first CYCLE_ROWS_MAX, in the order of a whole-graph search) and the count
     of all cycles by (anomaly, violation). edge_blobs has a column rows: dependency edges as
     Arrow IPC streams (EDGE_SCHEMA)."""
-    ops = op_blobs(spark, parquet_path)
-    starts = chunk_starts_of(edge_blobs, ops, chunk_positions)
-    cycles = _search_chunks(edge_blobs, ops, starts, options).persist(StorageLevel.DISK_ONLY)
+    ops = op_blobs(spark, parquet_path, chunk_ops)
+    ends = chunk_ends_of(edge_blobs, ops)
+    cycles = _search_chunks(edge_blobs, ops, ends, options).persist(StorageLevel.DISK_ONLY)
     counts = {(r["anomaly"], r["violation"]): r["count"]
               for r in cycles.groupBy("anomaly", "violation").count().collect()}
     shown = cycles.where(F.col("row").isNotNull()).orderBy(*ORDER).limit(CYCLE_ROWS_MAX).select("row").toArrow()
@@ -124,8 +124,9 @@ def search(spark: SparkSession, edge_blobs: DataFrame, parquet_path: Path,
     return rows, counts
 
 
-def op_blobs(spark: SparkSession, parquet_path: Path) -> DataFrame:
-    """Per task of row groups: its ops as one blob, the first and last (index, completion time), in order or not."""
+def op_blobs(spark: SparkSession, parquet_path: Path, chunk_ops: int) -> DataFrame:
+    """Per row group: its ops as one blob, their count, first and last completion, every
+    chunk_ops-th completion time (candidate cuts), and whether each was invoked before it completed."""
     groups = row_groups(parquet_path)
     tasks = spark.range(0, len(groups), numPartitions=max(min(len(groups), SEARCH_PARTITIONS_MAX), 1))
 
@@ -134,49 +135,45 @@ def op_blobs(spark: SparkSession, parquet_path: Path) -> DataFrame:
         for batch in batches:
             for group in batch.column("id").to_pylist():
                 ops = op_completions(history.read(*groups[group], ["seq", "f", *OP_COLUMNS]))
-                ends = [None] * 4 if ops.num_rows == 0 else [
-                    ops["index"][0].as_py(), ops["index"][-1].as_py(), ops["time_ns"][0].as_py(), ops["time_ns"][-1].as_py()]
-                yield pa.RecordBatch.from_pylist([{**dict(zip(OPS_SCHEMA.names, ends)), "in_order": in_time_order(ops),
-                                                   "payload": to_ipc(ops)}], schema=OPS_SCHEMA)
+                complete_ns = np.sort(ops["time_ns"].to_numpy())
+                yield pa.RecordBatch.from_pylist([{
+                    "ops": ops.num_rows, "first_ns": int(complete_ns[0]) if len(complete_ns) else None,
+                    "last_ns": int(complete_ns[-1]) if len(complete_ns) else None, "invoked_first": invoked_first(ops),
+                    "candidates": complete_ns[chunk_ops // 2::chunk_ops].tolist(), "payload": to_ipc(ops)}], schema=OPS_SCHEMA)
 
     return tasks.mapInArrow(read, OPS_DDL).persist(StorageLevel.DISK_ONLY)
 
 
-def chunk_starts_of(edge_blobs: DataFrame, ops: DataFrame, chunk_positions: int) -> np.ndarray:
-    """Chunk starts: at free cuts near every chunk_positions-th position of a history in time
-    order, else the one chunk of the whole history. ops is op_blobs' (its summary columns are read)."""
-    assert chunk_positions > WINDOW_CUTS
+def chunk_ends_of(edge_blobs: DataFrame, ops: DataFrame) -> np.ndarray:
+    """The last completion time of each chunk but the last (op_blobs' ops; their summary is read):
+    none, one chunk, for a history where an op completed before it was invoked."""
     summary = ops.drop("payload").toArrow().to_pylist()
-    parts = sorted((r for r in summary if r["first_index"] is not None), key=lambda r: r["first_index"])
-    in_order = all(r["in_order"] for r in parts) and all(
-        a["last_index"] < b["first_index"] and a["last_ns"] <= b["first_ns"] for a, b in zip(parts, parts[1:]))
-    windows = parts[-1]["last_index"] // chunk_positions if parts else 0
-    if not in_order or windows == 0:
-        return np.zeros(1, np.int64)
+    parts = [r for r in summary if r["ops"]]
+    starts = np.unique(np.array([c for r in parts for c in r["candidates"]], np.int64))
+    if not parts or not all(r["invoked_first"] for r in parts) or len(starts) == 0:
+        return np.zeros(0, np.int64)
+    span_ns = max(r["last_ns"] for r in parts) - min(r["first_ns"] for r in parts)
+    bin_ns = max(span_ns // sum(r["ops"] for r in parts), 1)  # about one completion per bin
 
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        diff = np.zeros((windows, WINDOW_CUTS + 1), np.int32)
+        diff = np.zeros((len(starts), WINDOW_BINS + 1), np.int32)
         for batch in batches:
             for payload in batch.column("rows"):
                 edges = read_ipc(payload.as_buffer())
-                diff += window_diffs(edges["src"].to_numpy(), edges["dst"].to_numpy(), windows, chunk_positions)
+                diff += window_diffs(edges["src_ns"].to_numpy(), edges["dst_ns"].to_numpy(), starts, bin_ns)
         touched = np.flatnonzero(diff.any(axis=1))
         yield pa.RecordBatch.from_pydict({"window": touched.astype(np.int32), "diff": [diff[w].tobytes() for w in touched]})
 
-    diff = np.zeros((windows, WINDOW_CUTS + 1), np.int32)
-    for window, payload in _pairs(edge_blobs.mapInArrow(count, WINDOW_DDL).toArrow(), "window", "diff"):
-        diff[window] += np.frombuffer(payload, np.int32)
-    return chunk_starts(diff, chunk_positions)
+    diff = np.zeros((len(starts), WINDOW_BINS + 1), np.int32)
+    table = edge_blobs.mapInArrow(count, WINDOW_DDL).toArrow()
+    for window, payload in zip(table.column("window").to_pylist(), table.column("diff")):
+        diff[window] += np.frombuffer(payload.as_py(), np.int32)
+    return chunk_ends(diff, starts, bin_ns)
 
 
-def _pairs(table: pa.Table, key: str, payload: str) -> Iterator[tuple]:
-    return zip(table.column(key).to_pylist(), (p.as_py() for p in table.column(payload)))
-
-
-def _by_chunk(table: pa.Table, position: np.ndarray, starts: np.ndarray, edges: bool) -> pa.RecordBatch:
-    """table's rows as one blob per chunk (of position; rows that are dropped have position -1)."""
-    chunk = np.searchsorted(starts, position, "right") - 1
-    keep = np.flatnonzero(position >= 0)
+def _by_chunk(table: pa.Table, chunk: np.ndarray, edges: bool) -> pa.RecordBatch:
+    """table's rows as one blob per chunk (rows of chunk -1 are dropped)."""
+    keep = np.flatnonzero(chunk >= 0)
     keep = keep[np.argsort(chunk[keep], kind="stable")]
     chunks, first = np.unique(chunk[keep], return_index=True)
     ends = np.append(first[1:], len(keep))
@@ -185,21 +182,22 @@ def _by_chunk(table: pa.Table, position: np.ndarray, starts: np.ndarray, edges: 
                                        "payload": payloads}, schema=CHUNK_SCHEMA)
 
 
-def _search_chunks(edge_blobs: DataFrame, ops: DataFrame, starts: np.ndarray, options: RunOptions) -> DataFrame:
+def _search_chunks(edge_blobs: DataFrame, ops: DataFrame, ends: np.ndarray, options: RunOptions) -> DataFrame:
+    def chunk_of(complete_ns: np.ndarray) -> np.ndarray:
+        return np.searchsorted(ends, complete_ns, "left")  # chunk k: completed after ends[k - 1], by ends[k]
+
     def edges_by_chunk(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for payload in batch.column("rows"):
                 edges = read_ipc(payload.as_buffer())
-                src, dst = edges["src"].to_numpy(), edges["dst"].to_numpy()
-                chunk_src, chunk_dst = (np.searchsorted(starts, x, "right") for x in (src, dst))
-                # an edge between chunks crosses a free cut: it is on no cycle
-                yield _by_chunk(edges, np.where(chunk_src == chunk_dst, src, -1), starts, True)
+                src, dst = (chunk_of(edges[c].to_numpy()) for c in ("src_ns", "dst_ns"))
+                yield _by_chunk(edges, np.where(src == dst, src, -1), True)  # between chunks: on no cycle
 
     def ops_by_chunk(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for payload in batch.column("payload"):
                 ops = read_ipc(payload.as_buffer())
-                yield _by_chunk(ops, ops["index"].to_numpy(), starts, False)
+                yield _by_chunk(ops, chunk_of(ops["time_ns"].to_numpy()), False)
 
     def search_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         chunk, edges, ops = None, [], []
@@ -216,7 +214,7 @@ def _search_chunks(edge_blobs: DataFrame, ops: DataFrame, starts: np.ndarray, op
 
     chunks = (edge_blobs.select("rows").mapInArrow(edges_by_chunk, CHUNK_DDL)
               .unionByName(ops.select("payload").mapInArrow(ops_by_chunk, CHUNK_DDL)))
-    partitions = max(min(len(starts), SEARCH_PARTITIONS_MAX), 1)
+    partitions = max(min(len(ends) + 1, SEARCH_PARTITIONS_MAX), 1)
     return chunks.repartition(partitions, "chunk").sortWithinPartitions("chunk").mapInArrow(search_chunks, CYCLE_DDL)
 
 

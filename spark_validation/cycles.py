@@ -42,30 +42,34 @@ SEARCHES = (
 )
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int8()),
                          ("topic", pa.dictionary(pa.int32(), pa.string())),
-                         ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64())])
+                         ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64()),
+                         ("src_ns", pa.int64()), ("dst_ns", pa.int64())])  # the ends' completion times
 
 
 def dependency_edges(p: PartitionLog) -> pa.Table:
-    """ww, wr and rw edges of one partition between op indices, with the values that justify them."""
-    src, dst, kind, src_value, dst_value = [], [], [], [], []
+    """ww, wr and rw edges of one partition between op indices, with the values that justify them
+    and the completion times of both ends."""
+    src, dst, kind, src_value, dst_value, src_ns, dst_ns = [], [], [], [], [], [], []
 
-    def add(k: int, s: np.ndarray, d: np.ndarray, sv: np.ndarray, dv: np.ndarray) -> None:
+    def add(k: int, s_row: np.ndarray, d_row: np.ndarray, sv: np.ndarray, dv: np.ndarray) -> None:
+        s, d = p.index[s_row], p.index[d_row]
         keep = s != d
-        for out, column in ((src, s), (dst, d), (src_value, sv), (dst_value, dv)):
+        for out, column in ((src, s), (dst, d), (src_value, sv), (dst_value, dv), (src_ns, p.time_ns[s_row]),
+                            (dst_ns, p.time_ns[d_row])):
             out.append(column[keep])
         kind.append(np.full(int(keep.sum()), k, np.int8))
 
     prev_row, prev_found = p.writer_of(p.bi_value[:-1])
     next_row, next_found = p.writer_of(p.bi_value[1:])
     ww = prev_found & next_found
-    add(WW, p.index[prev_row[ww]], p.index[next_row[ww]], p.bi_value[:-1][ww], p.bi_value[1:][ww])
+    add(WW, prev_row[ww], next_row[ww], p.bi_value[:-1][ww], p.bi_value[1:][ww])
 
     reads = np.flatnonzero(p.is_read)
     row, found = p.writer_of(p.value[reads])
     reads, row = reads[found], row[found]
     first = distinct_rows(p.index[row], p.index[reads], p.value[reads])  # the lowest value per (src, dst)
     first = first[group_starts(p.index[row][first], p.index[reads][first])]
-    add(WR, p.index[row[first]], p.index[reads[first]], p.value[reads[first]], p.value[reads[first]])
+    add(WR, row[first], reads[first], p.value[reads[first]], p.value[reads[first]])
 
     txn_reads = np.flatnonzero(p.is_read & (p.f == TXN) & (p.idx != NO_IDX))
     order = txn_reads[np.lexsort((p.value[txn_reads], p.idx[txn_reads], p.index[txn_reads]))]
@@ -73,12 +77,13 @@ def dependency_edges(p: PartitionLog) -> pa.Table:
     highest = highest[p.idx[highest] + 1 < len(p.bi_value)]
     following = p.bi_value[p.idx[highest] + 1]
     row, found = p.writer_of(following)
-    add(RW, p.index[highest[found]], p.index[row[found]], p.value[highest[found]], following[found])
+    add(RW, highest[found], row[found], p.value[highest[found]], following[found])
 
     n = sum(map(len, src))
     return pa.table({"src": np.concatenate(src), "dst": np.concatenate(dst), "kind": np.concatenate(kind),
                      "topic": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [p.topic]), "partition": np.full(n, p.partition, np.int32),
-                     "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value)},
+                     "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value),
+                     "src_ns": np.concatenate(src_ns), "dst_ns": np.concatenate(dst_ns)},
                     schema=EDGE_SCHEMA)
 
 
