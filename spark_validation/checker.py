@@ -26,7 +26,8 @@ from spark_validation import (acks, cycle_search, cycles, durability, groups, is
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
-from spark_validation.frames import BUILD, HistoryFrames, RowGroupReader, history_files, read_ipc, row_groups
+from spark_validation.frames import (BUILD, HistoryFrames, RowGroupReader, history_files, read_filtered, read_ipc,
+                                     row_groups)
 from spark_validation.partition_log import PartitionLog
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
 from spark_validation.jepsen import JepsenError
@@ -128,11 +129,9 @@ def resolve_history(path: Path, work_dir: Path,
 
 
 def infer_options(path: Path) -> RunOptions:
-    """Options implied by the history: the assignment modes its consumers used."""
-    used = set()
-    for file in history_files(path):
-        f = pq.read_table(file, columns=["f"], read_dictionary=["f"]).column("f")
-        used |= set(pc.unique(f).to_pylist()) & set(ASSIGNMENT_FS)
+    """Options implied by the history: the assignment modes its consumers used (read one row group at a time)."""
+    assignments = read_filtered(path, ["f"], lambda rows: pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)))
+    used = set(pc.unique(assignments["f"]).to_pylist()) if assignments is not None else set()
     return RunOptions(sub_via=frozenset(used & set(SUB_VIA)) or frozenset({"assign"}))
 
 
