@@ -10,8 +10,8 @@ on each side is the whole history's restricted to it (an op that completes betwe
 completes between them).
 
 1. The ops pass reads every client op's completion (index, type, invocation and completion
-   times) once, as compressed blobs per row group, with every chunk_ops-th completion time of
-   the row group (candidate cuts) and whether every invocation came at or before its completion
+   times) once, as compressed blobs per row group, with the row group's completion times
+   chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts) and whether every invocation came at or before its completion
    (a history where one did not is searched whole, in one task).
 2. The window pass: from each candidate, a window of WINDOW_BINS bins of about the mean time
    between completions; each edge task counts the backward edges over each bin (difference
@@ -42,7 +42,7 @@ from spark_validation.frames import RowGroupReader, read_ipc, release_memory, ro
 from spark_validation.options import RunOptions
 from spec.history import CLIENT_FS
 
-CHUNK_OPS = 1 << 19          # ops per chunk, about: a candidate cut every CHUNK_OPS completions of a row group
+CHUNK_OPS = 1 << 19          # ops per chunk at most, about (a row group of fewer ops gets one candidate cut)
 WINDOW_BINS = 1 << 12        # bins searched for a free cut past each candidate
 CYCLE_ROWS_MAX = 10_000      # cycle rows reported; the rest are counted
 SEARCH_PARTITIONS_MAX = 64   # tasks of the chunk search (each takes its chunks one at a time)
@@ -125,8 +125,8 @@ def search(spark: SparkSession, edge_blobs: DataFrame, parquet_path: Path, optio
 
 
 def op_blobs(spark: SparkSession, parquet_path: Path, chunk_ops: int) -> DataFrame:
-    """Per row group: its ops as one blob, their count, first and last completion, every
-    chunk_ops-th completion time (candidate cuts), and whether each was invoked before it completed."""
+    """Per row group: its ops as one blob, their count, first and last completion, its completion
+    times chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts), and whether each was invoked before it completed."""
     groups = row_groups(parquet_path)
     tasks = spark.range(0, len(groups), numPartitions=max(min(len(groups), SEARCH_PARTITIONS_MAX), 1))
 
