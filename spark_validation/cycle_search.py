@@ -11,7 +11,8 @@ completes between them).
 
 1. The ops pass reads every client op's completion (index, type, invocation and completion
    times) once, as compressed blobs per row group, with the row group's completion times
-   chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts) and whether every invocation came at or before its completion
+   chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts) and whether every invocation
+   came at or before its completion
    (a history where one did not is searched whole, in one task).
 2. The window pass: from each candidate, a window of WINDOW_BINS bins of about the mean time
    between completions; each edge task counts the backward edges over each bin (difference
@@ -42,7 +43,7 @@ from spark_validation.frames import RowGroupReader, read_ipc, release_memory, ro
 from spark_validation.options import RunOptions
 from spec.history import CLIENT_FS
 
-CHUNK_OPS = 1 << 19          # ops per chunk at most, about (a row group of fewer ops gets one candidate cut)
+CHUNK_OPS = 1 << 19          # ops per chunk, about: candidate cuts CHUNK_OPS / 2, 3 CHUNK_OPS / 2, ... into a row group
 WINDOW_BINS = 1 << 12        # bins searched for a free cut past each candidate
 CYCLE_ROWS_MAX = 10_000      # cycle rows reported; the rest are counted
 SEARCH_PARTITIONS_MAX = 64   # tasks of the chunk search (each takes its chunks one at a time)
