@@ -11,6 +11,7 @@ through edn.py, or the common lines vectorised).
     python benchmarks/bench_checker.py --ops 1000000 10000000 --cycle-ops 1000000
     python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 10000000
     python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 --before /tmp/before  # git archive of a commit
+    python benchmarks/bench_checker.py --cluster-ops 10000000 --work /tmp/h  # a standalone cluster (checker_cluster.py)
 
 The history is clean (a correct broker, simulated), 32 partitions, one consumer per
 partition, ~2.5 ops in flight. Each Spark run is a fresh process: times include Spark
@@ -760,6 +761,17 @@ print([ready - started, time.monotonic() - ready])
 """
 
 
+def bench_on_cluster(sizes: list[int], work: Path | None) -> None:
+    """The histories are generated (or found in work) before the lock; each check holds it."""
+    from benchmarks.checker_cluster import bench_cluster_check, report
+    with tempfile.TemporaryDirectory(prefix="kspec-bench-cluster-") as temporary:
+        work = work or Path(temporary)
+        work.mkdir(parents=True, exist_ok=True)
+        for n in sizes:
+            history = generated(n, work)
+            report(n, history, bench_cluster_check(history, work))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, nargs="+", default=[1_000_000])
@@ -772,7 +784,12 @@ def main() -> None:
                         "same Jepsen files with, in turn with this one")
     parser.add_argument("--work", type=Path, help="keep the generated Jepsen files here (reused by the next run)")
     parser.add_argument("--edn-readers", action="store_true", help="also the import alone with each EDN reader")
+    parser.add_argument("--cluster-ops", type=int, nargs="+", help="only `kspec check --master spark://...` of "
+                        "this many ops on a two-worker standalone cluster, with per-process peaks")
     args = parser.parse_args()
+    if args.cluster_ops:
+        bench_on_cluster(args.cluster_ops, args.work)
+        return
     if args.wgl_only:
         bench_wgl()
         return

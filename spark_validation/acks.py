@@ -37,11 +37,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_validation import retention
 from spark_validation.anomalies import anomaly_row
-from spark_validation.frames import history_files
+from spark_validation.frames import read_filtered
 from spark_validation.options import RunOptions
 
 GUARANTEES = ("DUR-2",)
@@ -65,9 +64,7 @@ class _View:
 
 
 def _read(parquet_path: Path, columns: list[str], keep) -> list[dict]:
-    parts = [pq.read_table(file, columns=columns) for file in history_files(parquet_path)]
-    table = pa.concat_tables(parts)
-    return table.filter(keep(table)).to_pylist()
+    return read_filtered(parquet_path, columns, keep).to_pylist()
 
 
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:

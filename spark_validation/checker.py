@@ -19,19 +19,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-from spark_validation import (acks, cycles, durability, groups, isolation, offsets, ordering, realtime, replicas,
-                              resends, retention)
+from spark_validation import (acks, cycle_search, cycles, durability, groups, isolation, offsets, ordering, realtime,
+                              replicas, resends, retention)
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
-from spark_validation.frames import BUILD, HistoryFrames, RowGroupReader, history_files, read_ipc, row_groups
+from spark_validation.frames import (BUILD, HistoryFrames, RowGroupReader, history_files, read_filtered, read_ipc,
+                                     row_groups)
 from spark_validation.partition_log import PartitionLog
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
 from spark_validation.jepsen import JepsenError
 from spark_validation.options import SUB_VIA, RunOptions
 from spark_validation.session import spark_session
-from spec.history import ASSIGNMENT_FS, CLIENT_FS, HISTORY_SCHEMA
+from spec.history import ASSIGNMENT_FS, HISTORY_SCHEMA
 
 HISTORY_FILE = "history.parquet"
 OPTIONS_FILE = "run.json"
@@ -127,11 +129,9 @@ def resolve_history(path: Path, work_dir: Path,
 
 
 def infer_options(path: Path) -> RunOptions:
-    """Options implied by the history: the assignment modes its consumers used."""
-    used = set()
-    for file in history_files(path):
-        f = pq.read_table(file, columns=["f"], read_dictionary=["f"]).column("f")
-        used |= set(pc.unique(f).to_pylist()) & set(ASSIGNMENT_FS)
+    """Options implied by the history: the assignment modes its consumers used (read one row group at a time)."""
+    assignments = read_filtered(path, ["f"], lambda rows: pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)))
+    used = set(pc.unique(assignments["f"]).to_pylist()) if assignments is not None else set()
     return RunOptions(sub_via=frozenset(used & set(SUB_VIA)) or frozenset({"assign"}))
 
 
@@ -155,13 +155,17 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     jobs.update({name: job for name, (job, _) in OUTPUTS.items()})
     h = HistoryFrames(spark, str(parquet_path.resolve()), int(spark.conf.get("spark.sql.shuffle.partitions")))
     results = h.per_partition(jobs, h.proven_ops())
+    edge_blobs = results.where(F.col("check") == EDGES)  # searched in Spark: they grow with the history
+    collected = results.select("check", "seconds", F.when(F.col("check") != EDGES, F.col("rows")).alias("rows"))
+    collected = collected.toArrow()
     h.unpersist()
     pass_s = time.monotonic() - started
-    found, edges = _by_check(results)
+    found = _by_check(collected)
     outputs = {name: pa.concat_tables(found.pop(name, []) or [schema.empty_table()]).combine_chunks()
                for name, (_, schema) in OUTPUTS.items()}
-    worker_seconds = {check: sum(_seconds(results, check)) for check in (*jobs, BUILD)}
-    del results  # the payloads: only the decoded tables are needed now
+    worker_seconds = {check: sum(_seconds(collected, check)) for check in (*jobs, BUILD)}
+    del collected  # the payloads: only the decoded tables are needed now
+    cycles_counted: dict[tuple[str, bool], int] = {}
     rows: list[dict] = []
     unchecked: dict[str, str] = {}
     seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3),
@@ -182,12 +186,12 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
             rows_found = nonlinearizable_rows(rows)
             seconds[check] = round(time.monotonic() - t0, 3)
         else:
-            cycle_list = cycles.find_cycles(edges, lambda: _op_table(parquet_path))
-            rows_found = cycles.cycle_rows(cycle_list, options)
+            rows_found, cycles_counted = cycle_search.search(spark, edge_blobs, parquet_path, options)
             seconds[check] = round(time.monotonic() - t0 + worker_seconds[EDGES], 3)
         rows.extend(rows_found)
         if progress:
             progress(check, position, len(plan), len(rows_found), seconds[check])
+    results.unpersist()
     # a duplicate the application caused by resending after a client timeout is allowed (IDM-1), and
     # the partition's linearizability is judged again without it
     if resends.explain(rows, parquet_path) and "linearizability" in plan:
@@ -204,6 +208,7 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
     verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
+    _add_unlisted(verdict, table, cycles_counted)
     # a guarantee the history holds nothing to check is not held but unchecked, and the verdict says why
     for guarantee_id in unchecked:
         if verdict["guarantees"].get(guarantee_id, {}).get("status") == "held":
@@ -245,20 +250,34 @@ def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: 
     return rows
 
 
-def _by_check(results: pa.Table) -> tuple[dict[str, list[pa.Table]], cycles.EdgeTables]:
-    """The anomaly rows of each check, and the dependency edges (still compressed)."""
+def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
+    """The anomaly rows of each check (the dependency edges stayed in Spark)."""
     found: dict[str, list[pa.Table]] = {}
-    edges = []
     for check, payload in zip(results.column("check").to_pylist(), results.column("rows")):
-        if check == EDGES:
-            edges.append(pa.py_buffer(payload.as_py()))
-            continue
-        if check == BUILD:
+        if check in (EDGES, BUILD):
             continue
         table = read_ipc(payload.as_buffer())
         if table.num_rows:
             found.setdefault(check, []).append(table)
-    return found, cycles.EdgeTables(edges)
+    return found
+
+
+def _add_unlisted(verdict: dict, table: pa.Table, counted: dict[tuple[str, bool], int]) -> None:
+    """Cycles found beyond the rows listed (cycle_search.CYCLE_ROWS_MAX) still count in the verdict."""
+    listed: dict[tuple[str, bool], int] = {}
+    for anomaly, violation in zip(table["anomaly"].to_pylist(), table["violation"].to_pylist()):
+        listed[(anomaly, violation)] = listed.get((anomaly, violation), 0) + 1
+    unlisted = {key: n - listed.get(key, 0) for key, n in counted.items() if n > listed.get(key, 0)}
+    for (anomaly, violation), n in sorted(unlisted.items()):
+        verdict["anomalies"][anomaly] = verdict["anomalies"].get(anomaly, 0) + n
+        verdict.setdefault("unlisted", {})[anomaly] = verdict.get("unlisted", {}).get(anomaly, 0) + n
+        if violation:
+            verdict["valid"] = False
+            verdict["violations"][anomaly] = verdict["violations"].get(anomaly, 0) + n
+            guarantee = ANOMALY_KINDS[anomaly].guarantee_id
+            entry = verdict["guarantees"].setdefault(guarantee, {"status": "violated", "anomalies": {}})
+            entry["status"] = "violated"
+            entry["anomalies"][anomaly] = entry["anomalies"].get(anomaly, 0) + n
 
 
 def _seconds(results: pa.Table, check: str) -> list[float]:
@@ -271,25 +290,15 @@ def _sorted_rows(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["topic"] or "", r["partition"] if r["partition"] is not None else -1))
 
 
-def _row_groups(parquet_path: Path, columns: list[str], keep: Callable[[pa.Table], pa.Array]) -> pa.Table:
-    """The rows keep selects, read one row group at a time: the driver never holds a whole column
-    of a long history (25M rows of these columns would be about 1 GB)."""
-    history = RowGroupReader(["type", "f"])
-    parts = []
+def _completions(parquet_path: Path) -> int:
+    """The history's ops (completions), counted one row group at a time: the driver never holds
+    a whole column of a long history."""
+    history = RowGroupReader(["type"])
+    count = 0
     for file, group in row_groups(parquet_path):
-        rows = history.read(file, group, columns)
-        parts.append(rows.filter(keep(rows)))
-    return pa.concat_tables(parts) if parts else HISTORY_SCHEMA.empty_table().select(columns)
-
-
-def _op_table(parquet_path: Path) -> pa.Table:
-    """Every client op's completion (index, type, invocation and completion time), in index order."""
-    table = _row_groups(parquet_path, ["index", "seq", "type", "f", "invoke_time_ns", "time_ns"],
-                        lambda rows: pc.and_(pc.and_(pc.equal(rows["seq"], 0), pc.not_equal(rows["type"], "invoke")),
-                                             pc.is_in(rows["f"], pa.array(CLIENT_FS))))
-    table = table.select(["index", "type", "invoke_time_ns", "time_ns"])
-    index = table.column("index").to_numpy()
-    return table if (index[1:] > index[:-1]).all() else table.sort_by("index")
+        rows = history.read(file, group, ["seq", "type"])
+        count += pc.sum(pc.and_(pc.equal(rows["seq"], 0), pc.not_equal(rows["type"], "invoke"))).as_py() or 0
+    return count
 
 
 def history_rows(parquet_path: Path) -> int:
@@ -312,12 +321,10 @@ def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa
     for kind in ANOMALY_KINDS.values():
         if kind.guarantee_id and kind.guarantee_id not in by_guarantee and _checked(kind.name, plan):
             by_guarantee[kind.guarantee_id] = {"status": "held", "anomalies": {}}
-    completions = _row_groups(parquet_path, ["seq", "type"],
-                              lambda rows: pc.and_(pc.equal(rows["seq"], 0), pc.not_equal(rows["type"], "invoke")))
     return {
         "valid": not violations,
         "history": str(parquet_path),
-        "ops": completions.num_rows,
+        "ops": _completions(parquet_path),
         "rows": history_rows(parquet_path),
         "options": options.to_json(),
         "checks": plan,

@@ -8,7 +8,8 @@ section 4), computed beside the other per-partition checks:
   (the read did not see that write; Jepsen leaves these out, so it finds no G-single/G2).
   Only transactions: a plain poll may stop anywhere, so its highest read says nothing
   about what it did not see.
-The driver adds rt edges (op A completed ok before op B was invoked, as a transitive
+Each piece of the history that no cycle crosses (cycle_search.py) adds rt edges (op A
+completed ok before op B was invoked, as a transitive
 reduction: B's predecessors are the ok ops completed before B began and not followed by
 another op that did), keeps only the edges inside strongly connected components (scipy),
 and in each component searches for a short cycle of each kind: one edge of the kind the
@@ -20,7 +21,6 @@ edge explained.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,30 +42,34 @@ SEARCHES = (
 )
 EDGE_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("kind", pa.int8()),
                          ("topic", pa.dictionary(pa.int32(), pa.string())),
-                         ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64())])
+                         ("partition", pa.int32()), ("src_value", pa.int64()), ("dst_value", pa.int64()),
+                         ("src_ns", pa.int64()), ("dst_ns", pa.int64())])  # the ends' completion times
 
 
 def dependency_edges(p: PartitionLog) -> pa.Table:
-    """ww, wr and rw edges of one partition between op indices, with the values that justify them."""
-    src, dst, kind, src_value, dst_value = [], [], [], [], []
+    """ww, wr and rw edges of one partition between op indices, with the values that justify them
+    and the completion times of both ends."""
+    src, dst, kind, src_value, dst_value, src_ns, dst_ns = [], [], [], [], [], [], []
 
-    def add(k: int, s: np.ndarray, d: np.ndarray, sv: np.ndarray, dv: np.ndarray) -> None:
+    def add(k: int, s_row: np.ndarray, d_row: np.ndarray, sv: np.ndarray, dv: np.ndarray) -> None:
+        s, d = p.index[s_row], p.index[d_row]
         keep = s != d
-        for out, column in ((src, s), (dst, d), (src_value, sv), (dst_value, dv)):
+        for out, column in ((src, s), (dst, d), (src_value, sv), (dst_value, dv), (src_ns, p.time_ns[s_row]),
+                            (dst_ns, p.time_ns[d_row])):
             out.append(column[keep])
         kind.append(np.full(int(keep.sum()), k, np.int8))
 
     prev_row, prev_found = p.writer_of(p.bi_value[:-1])
     next_row, next_found = p.writer_of(p.bi_value[1:])
     ww = prev_found & next_found
-    add(WW, p.index[prev_row[ww]], p.index[next_row[ww]], p.bi_value[:-1][ww], p.bi_value[1:][ww])
+    add(WW, prev_row[ww], next_row[ww], p.bi_value[:-1][ww], p.bi_value[1:][ww])
 
     reads = np.flatnonzero(p.is_read)
     row, found = p.writer_of(p.value[reads])
     reads, row = reads[found], row[found]
     first = distinct_rows(p.index[row], p.index[reads], p.value[reads])  # the lowest value per (src, dst)
     first = first[group_starts(p.index[row][first], p.index[reads][first])]
-    add(WR, p.index[row[first]], p.index[reads[first]], p.value[reads[first]], p.value[reads[first]])
+    add(WR, row[first], reads[first], p.value[reads[first]], p.value[reads[first]])
 
     txn_reads = np.flatnonzero(p.is_read & (p.f == TXN) & (p.idx != NO_IDX))
     order = txn_reads[np.lexsort((p.value[txn_reads], p.idx[txn_reads], p.index[txn_reads]))]
@@ -73,12 +77,13 @@ def dependency_edges(p: PartitionLog) -> pa.Table:
     highest = highest[p.idx[highest] + 1 < len(p.bi_value)]
     following = p.bi_value[p.idx[highest] + 1]
     row, found = p.writer_of(following)
-    add(RW, p.index[highest[found]], p.index[row[found]], p.value[highest[found]], following[found])
+    add(RW, highest[found], row[found], p.value[highest[found]], following[found])
 
     n = sum(map(len, src))
     return pa.table({"src": np.concatenate(src), "dst": np.concatenate(dst), "kind": np.concatenate(kind),
                      "topic": pa.DictionaryArray.from_arrays(np.zeros(n, np.int32), [p.topic]), "partition": np.full(n, p.partition, np.int32),
-                     "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value)},
+                     "src_value": np.concatenate(src_value), "dst_value": np.concatenate(dst_value),
+                     "src_ns": np.concatenate(src_ns), "dst_ns": np.concatenate(dst_ns)},
                     schema=EDGE_SCHEMA)
 
 
@@ -120,6 +125,7 @@ def realtime_edges(ops: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 class Cycle:
     name: str
     steps: tuple[dict, ...]  # edges in cycle order, each with src, dst, kind and evidence
+    order: tuple = ()  # where a search of the whole graph reports it: (search, then its first edge's place)
 
     @property
     def ops(self) -> list[int]:
@@ -150,67 +156,40 @@ def cycle_name(kinds: list[int]) -> str:
     return base + ("-realtime" if RT in kinds else "")
 
 
-class EdgeTables:
-    """Every partition's dependency edges as compressed Arrow IPC streams (EDGE_SCHEMA), decoded
-    one at a time: the driver holds only the graph (int32 vertices, int8 kinds) of every edge
-    and the evidence of the few inside strongly connected components."""
-
-    def __init__(self, payloads: list[pa.Buffer]):
-        self.payloads = payloads
-
-    def tables(self) -> Iterator[pa.Table]:
-        for payload in self.payloads:
-            yield pa.ipc.open_stream(payload).read_all()
-
-    def graph(self, vertex_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(u, v, kind) of every edge, u and v as vertices (vertex_of maps op index to vertex)."""
-        parts = [(vertex_of[t["src"].to_numpy()], vertex_of[t["dst"].to_numpy()], t["kind"].to_numpy())
-                 for t in self.tables()]
-        return tuple(np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, (np.int32, np.int32, np.int8)[i])
-                     for i in range(3))
-
-    def rows(self, keep: np.ndarray) -> pa.Table:
-        """The edges where keep (over all edges, in graph order) is true, with topic as a string."""
-        kept, start = [], 0
-        for table in self.tables():
-            part = table.filter(pa.array(keep[start:start + table.num_rows]))
-            kept.append(part.set_column(3, "topic", pc.cast(part["topic"], pa.string())))
-            start += table.num_rows
-        schema = EDGE_SCHEMA.set(3, pa.field("topic", pa.string()))
-        return pa.concat_tables(kept) if kept else schema.empty_table()
-
-
-def find_cycles(edges: EdgeTables, load_ops: Callable[[], pa.Table]) -> list[Cycle]:
+def find_cycles(edges: pa.Table, ops: pa.Table) -> list[Cycle]:
     """One cycle per strongly connected component and anomaly name.
 
-    load_ops() gives every client op's completion (index, type, invoke_time_ns, time_ns) in
-    index order. The table is loaded here and dropped once the rt edges are built, so that
-    it is gone before the strongly connected components, the driver's peak of memory.
+    edges are dependency edges (EDGE_SCHEMA) between the ops; ops is each client op's completion
+    (index, type, invoke_time_ns, time_ns) in index order, every op between the edges' ends
+    included (the rt edges are built from them). A cycle's order places it in the list a search
+    of a larger graph holding this one reports (cycle_search.py searches a history in pieces):
+    by search, then by its first edge, dependency edges (in _in_order's order) before rt edges
+    (by their destination, then by the source's completion).
     """
-    ops = load_ops()
     op_index = ops.column("index").to_numpy()
-    vertex_of = np.full(int(op_index[-1]) + 1 if len(op_index) else 0, -1, np.int32)  # op index -> position
-    vertex_of[op_index] = np.arange(len(op_index), dtype=np.int32)
-    dep_u, dep_v, _ = edges.graph(vertex_of)
-    assert (dep_u >= 0).all() and (dep_v >= 0).all(), "an edge names an op the history lacks"
+    complete_ns = ops.column("time_ns").to_numpy()
+    assert (op_index[1:] > op_index[:-1]).all(), "ops in index order"
+    edges = edges.set_column(3, "topic", pc.cast(edges["topic"], pa.string()))
+    dep_u, dep_v = (_vertices(op_index, edges[c].to_numpy()) for c in ("src", "dst"))
     rt_u, rt_v = realtime_edges(ops)
-    del ops  # op_index keeps the one column still needed
+    del ops  # op_index and complete_ns keep the columns still needed
     component = _strong_components(len(op_index), np.concatenate([dep_u, rt_u]), np.concatenate([dep_v, rt_v]))
     # every cycle lies inside one component: the edges between components are never needed
-    dependency = _in_order(edges.rows(component[dep_u] == component[dep_v]))
-    del dep_u, dep_v
+    dependency = _in_order(edges.filter(pa.array(component[dep_u] == component[dep_v])))
+    del dep_u, dep_v, edges
     rt = component[rt_u] == component[rt_v]
     src = np.concatenate([dependency.column("src").to_numpy(), op_index[rt_u[rt]]])
     dst = np.concatenate([dependency.column("dst").to_numpy(), op_index[rt_v[rt]]])
+    rt_src_ns = complete_ns[rt_u[rt]]
     kind = np.concatenate([dependency.column("kind").to_numpy().astype(np.int8), np.full(int(rt.sum()), RT, np.int8)])
     vertices, endpoints = np.unique(np.concatenate([src, dst]), return_inverse=True)
     u, v = endpoints[:len(src)], endpoints[len(src):]
     n = len(vertices)
-    component = component[vertex_of[vertices]]
+    component = component[_vertices(op_index, vertices)]
     evidence = {c: dependency.column(c).to_pylist() for c in ("topic", "partition", "src_value", "dst_value")}
     cycles: list[Cycle] = []
     seen: set[tuple[int, str]] = set()
-    for required, allowed in SEARCHES:
+    for search, (required, allowed) in enumerate(SEARCHES):
         mask = np.isin(kind, allowed)
         labels = _strong_components(n, u[mask], v[mask])
         sizes = np.bincount(labels, minlength=n)
@@ -227,9 +206,22 @@ def find_cycles(edges: EdgeTables, load_ops: Callable[[], pa.Table]) -> list[Cyc
             if (component[u[e]], name) in seen or (component[u[e]], plain) in seen:
                 continue  # a realtime variant only where the plain cycle was not found
             seen.add((component[u[e]], name))
+            if kind[e] == RT:
+                place = (True, int(dst[e]), int(rt_src_ns[e - len(dependency)]), int(src[e]), "", 0, 0, 0)
+            else:
+                place = (False, int(src[e]), int(dst[e]), int(kind[e]), evidence["topic"][e], evidence["partition"][e],
+                         evidence["src_value"][e], evidence["dst_value"][e])
             cycles.append(Cycle(name, tuple(_step(i, vertices[u[i]], vertices[v[i]], int(kind[i]), evidence)
-                                            for i in steps)))
+                                            for i in steps), (search, *place)))
     return cycles
+
+
+def _vertices(op_index: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Positions in op_index (sorted) of op indices that must all be there."""
+    at = np.searchsorted(op_index, indices).astype(np.int32)
+    assert (at < len(op_index)).all() and (op_index[np.minimum(at, len(op_index) - 1)] == indices).all(), \
+        "an edge names an op the history lacks"
+    return at
 
 
 def _in_order(edges: pa.Table) -> pa.Table:

@@ -19,7 +19,8 @@ Three things cross partitions, and all are small or go through the same shuffle:
   one more pass over the cached blobs, only when the history has info sends.
 
 The check pass returns one row per (partition, check): the check's rows as an Arrow IPC
-stream and the seconds the check took there (and one BUILD row per partition).
+stream and the seconds the check took there (and one BUILD row per partition), kept in Spark:
+the dependency edges among them grow with the history and stay there (cycle_search.py).
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, POLL_SCHEMA, TYPE_CODES,
@@ -87,6 +88,17 @@ class RowGroupReader:
         if file not in self.files:
             self.files[file] = pq.ParquetFile(file, read_dictionary=self.read_dictionary)
         return self.files[file].read_row_group(group, columns=columns)
+
+
+def read_filtered(path: str | Path, columns: list[str], keep: Callable[[pa.Table], pa.Array]) -> pa.Table | None:
+    """The rows keep selects of a history's columns (None for a history without files), read one
+    row group at a time: the driver never holds whole columns of a long history."""
+    history = RowGroupReader([])
+    parts = []
+    for file, group in row_groups(path):
+        rows = history.read(file, group, columns)
+        parts.append(rows.filter(keep(rows)))
+    return pa.concat_tables(parts) if parts else None
 
 
 def to_ipc(table: pa.Table) -> bytes:
@@ -190,8 +202,9 @@ class HistoryFrames:
         proven = self.blobs.where(F.col("kind") == MOPS).mapInArrow(proven_here, "index long").toArrow()
         return sorted_unique(proven.column("index").to_numpy())
 
-    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray) -> pa.Table:
-        """Every check on every topic-partition: RESULT_SCHEMA rows."""
+    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray) -> DataFrame:
+        """Every check on every topic-partition: RESULT_SCHEMA rows, cached on local disk once an
+        action computes them (the caller takes the small ones, the cycle search the edges)."""
         assignments = self.assignments
         assignment_ops = assignments.filter(pc.equal(assignments["seq"], 0))
         assign_index = assignment_ops["index"].to_numpy()
@@ -217,7 +230,7 @@ class HistoryFrames:
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
             release_memory()
 
-        return self.blobs.mapInArrow(check_partitions, RESULT_DDL).toArrow()
+        return self.blobs.mapInArrow(check_partitions, RESULT_DDL).persist(StorageLevel.DISK_ONLY)
 
     def unpersist(self) -> None:
         self.blobs.unpersist()

@@ -26,10 +26,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_validation.anomalies import anomaly_row
-from spark_validation.frames import history_files
+from spark_validation.frames import read_filtered
 from spark_validation.options import RunOptions
 
 GROUP_FS = ("rebalance", "commit", "offset-fetch")
@@ -38,14 +37,10 @@ NOT_APPLICABLE = "no group members in the history: a subscribe-mode run checks t
 ANOMALIES = ("double-assignment", "lost-commit", "rewound-assignment", "commit-backwards")
 
 
-def _read(parquet_path: Path, keep) -> pa.Table:
+def _read(parquet_path: Path, keep) -> pa.Table | None:
     columns = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
                "offset", "extra"]
-    parts = []
-    for file in history_files(parquet_path):
-        table = pq.read_table(file, columns=columns)
-        parts.append(table.filter(keep(table)))
-    return pa.concat_tables(parts) if parts else None
+    return read_filtered(parquet_path, columns, keep)
 
 
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:

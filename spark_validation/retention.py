@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from spark_validation.anomalies import anomaly_row
-from spark_validation.frames import history_files
+from spark_validation.frames import read_filtered
 from spark_validation.options import RunOptions
 
 GUARANTEES = ("RET-1",)
@@ -49,8 +48,7 @@ def explain(rows: list[dict]) -> None:
 def _read(parquet_path: Path, keep) -> list[dict]:
     columns = ["index", "seq", "process", "type", "f", "time_ns", "mop_f", "topic", "partition", "key", "value",
                "offset", "extra"]
-    table = pa.concat_tables([pq.read_table(file, columns=columns) for file in history_files(parquet_path)])
-    return table.filter(keep(table)).to_pylist()
+    return read_filtered(parquet_path, columns, keep).to_pylist()
 
 
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
