@@ -33,38 +33,54 @@ def tiny_records(count: int) -> bytes:
     return b"".join(out)
 
 
+ATTEMPTS = 3  # a busy machine can stall any one answer; on the loop every attempt would stall
+
+
+def produce_while_asking(producer: RawClient, other: RawClient, topic: str, big: bytes) -> tuple[list[float], float]:
+    """Produce big to topic while the other client asks for Metadata again and again: the latency of
+    each Metadata answer and how long the produce took."""
+    assert create_topic(producer, topic, configs={"max.message.bytes": str(MAX_MESSAGE_BYTES)}).error_code == 0
+    latencies_s: list[float] = []
+    producing = threading.Event()
+    done = threading.Event()
+
+    def ask_metadata() -> None:
+        producing.wait()
+        while not done.is_set():
+            started = time.monotonic()
+            assert other.request(ApiKey.METADATA, 12, METADATA).brokers
+            latencies_s.append(time.monotonic() - started)
+
+    asking = threading.Thread(target=ask_metadata, daemon=True)
+    asking.start()
+    producing.set()
+    started = time.monotonic()
+    answer = produce(producer, topic, big)
+    produce_s = time.monotonic() - started
+    done.set()
+    asking.join(30)
+    assert (answer.error_code, answer.base_offset) == (0, 0)
+    assert list_offset(producer, topic, LATEST).offset == RECORDS
+    assert len(latencies_s) >= 3, (latencies_s, produce_s)
+    return latencies_s, produce_s
+
+
 def test_other_clients_are_answered_while_a_large_compressed_batch_is_validated(tmp_path):
     big = batch(tiny_records(RECORDS), records_count=RECORDS, compression=CompressionType.ZSTD)
     assert len(big) < 4 << 20
+    attempts = []
     with BrokerProcess(str(tmp_path / "data"), overrides={"message.max.bytes": str(MAX_MESSAGE_BYTES)}) as broker:
         producer, other = RawClient(broker.bootstrap), RawClient(broker.bootstrap)
         for client in (producer, other):  # a loaded machine stretches the walk far past the usual socket timeout
             client.sock.settimeout(WALK_TIMEOUT_S)
         try:
-            assert create_topic(producer, "large", configs={"max.message.bytes": str(MAX_MESSAGE_BYTES)}).error_code == 0
-            latencies_s: list[float] = []
-            producing = threading.Event()
-            done = threading.Event()
-
-            def ask_metadata() -> None:
-                producing.wait()
-                while not done.is_set():
-                    started = time.monotonic()
-                    assert other.request(ApiKey.METADATA, 12, METADATA).brokers
-                    latencies_s.append(time.monotonic() - started)
-
-            asking = threading.Thread(target=ask_metadata, daemon=True)
-            asking.start()
-            producing.set()
-            started = time.monotonic()
-            answer = produce(producer, "large", big)
-            produce_s = time.monotonic() - started
-            done.set()
-            asking.join(30)
-            assert (answer.error_code, answer.base_offset) == (0, 0)
-            assert list_offset(producer, "large", LATEST).offset == RECORDS
+            for attempt in range(ATTEMPTS):
+                latencies_s, produce_s = produce_while_asking(producer, other, f"large-{attempt}", big)
+                attempts.append((max(latencies_s), produce_s, len(latencies_s)))
+                if max(latencies_s) < LATENCY_SHARE_OF_PRODUCE_MAX * produce_s:
+                    return
         finally:
             producer.close()
             other.close()
-    assert len(latencies_s) >= 3, (latencies_s, produce_s)
-    assert max(latencies_s) < LATENCY_SHARE_OF_PRODUCE_MAX * produce_s, (max(latencies_s), produce_s, len(latencies_s))
+    raise AssertionError(f"every attempt held a Metadata answer for a large share of the produce "
+                         f"(longest answer s, produce s, answers): {attempts}")
