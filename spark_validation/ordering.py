@@ -26,7 +26,7 @@ import numpy as np
 from spark_validation.anomalies import anomaly_row
 from spark_validation.options import RunOptions
 from spark_validation.partition_log import (FAIL, INFO, NO_IDX, OK, POLL, TXN, PartitionLog, group_ends, group_starts,
-                                             lookup)
+                                             lookup, member)
 
 
 def _delta(prev_idx: np.ndarray, cur_idx: np.ndarray) -> np.ndarray:
@@ -108,9 +108,11 @@ def _own_rank(p: PartitionLog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(value, writer's process, rank) per written value in the log: its rank among the values
     its writer's process sent to the partition, in log order (dense over indices). A failed op's
     value found in the log (an aborted transaction's record that a read returned) is left out:
-    it is G1a's evidence, not a send stored out of order."""
+    it is G1a's evidence, not a send stored out of order. So is a value no ok read returned: its
+    place is only the offset its ack named, and a record lost after its ack (DUR-1, or DUR-2's
+    acks=1 window) was never stored out of order, nor between two records that were."""
     row, found = p.writer_of(p.vi_value)
-    found &= p.type[row] != FAIL
+    found &= (p.type[row] != FAIL) & member(p.ok_read_values, p.vi_value)
     value, idx, process = p.vi_value[found], p.vi_idx[found], p.process[row[found]]
     order = np.lexsort((idx, process))
     new = np.ones(len(order), bool)

@@ -178,6 +178,23 @@ def scenarios(b: Builder) -> None:
     E(Expected("lost-write", "lost", ops=(w,), values=(lost.record.value,), offsets=(0,)))
     E(Expected("unseen", "lost", ops=(w,), values=(lost.record.value,)))
 
+    # a lost record is not stored out of order: process 142's acked value vanishes from offset 1,
+    # where another producer's record is read, and its next two sends land at offsets 0 and 2;
+    # the lost value's ack offset between them is no send-skip (ORD-2) of theirs
+    gone = b.sent("lostown", offset=1)
+    first, other, then = b.append("lostown"), b.append("lostown"), b.append("lostown")
+    w = b.op(142, "send", [gone])
+    o1 = b.op(142, "send", [first])
+    b.op(143, "send", [other])
+    b.op(142, "send", [then])
+    E(Expected("lost-write", "lostown", ops=(w,), values=(gone.record.value,), offsets=(1,)))
+    E(Expected("unseen", "lostown", ops=(w,), values=(gone.record.value,)))
+    E(Expected("inconsistent-offsets", "lostown", offsets=(1,)))
+    E(Expected("nonmonotonic-send", "lostown", ops=(w, o1), values=(gone.record.value, first.record.value)))
+    E(Expected("realtime-order", "lostown", ops=(w, o1), offsets=(1, 0)))
+    E(Expected("nonlinearizable", "lostown"))
+    E(Expected("G0-realtime", None, violation=False, ops=(w, o1)))
+
     # unseen: an acked record nobody ever reads
     u = b.append("unseen")
     w = b.op(112, "send", [u])

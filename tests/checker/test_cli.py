@@ -45,10 +45,10 @@ def test_violation_exits_1_and_writes_anomalies_and_verdict(spark, tmp_path):
     assert "[1/2] lost-write" in result.stderr and "[2/2] unseen" in result.stderr  # the progress line
     anomalies = pq.read_table(folder / "check" / "anomalies.parquet")
     assert anomalies.schema.equals(ANOMALY_SCHEMA)
-    assert sorted(anomalies.column("anomaly").to_pylist()) == ["lost-write", "unseen", "unseen"]
+    assert sorted(anomalies.column("anomaly").to_pylist()) == ["lost-write", "lost-write", "unseen", "unseen", "unseen"]
     verdict = json.loads(verdict_copy.read_text())
     assert verdict == json.loads((folder / "check" / "verdict.json").read_text())
-    assert verdict["guarantees"]["DUR-1"] == {"status": "violated", "anomalies": {"lost-write": 1, "unseen": 2}}
+    assert verdict["guarantees"]["DUR-1"] == {"status": "violated", "anomalies": {"lost-write": 2, "unseen": 3}}
     assert verdict["valid"] is False and verdict["checks"] == ["lost-write", "unseen"]
 
 
