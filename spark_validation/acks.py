@@ -10,9 +10,9 @@ leadership changes of its partition, as the leader-epoch observer saw them (faul
 every node's Metadata answer every half second), and the per-partition lost-write/unseen rows,
 and the rows a window loss explains, are kept only as allowed (explain):
 
-- acks1-window-loss (allowed): the partition's leadership changed after the ack: a leader epoch
-  above the newest one known at the ack was seen after it, and the leader of the ack did not
-  itself answer as that epoch's leader more than FOLLOWER_WINDOW_S after the ack; or at the ack a
+- acks1-window-loss (allowed): the partition's leadership changed after the send: a leader epoch
+  above the newest one known at the send was seen after it, and the leader of the ack did not
+  itself answer as that epoch's leader more than FOLLOWER_WINDOW_S after the ack; or at the send a
   node still named itself leader at an older epoch than the newest (a deposed leader that had not
   heard of its successor, which answers acks=1 writes alone). The row names the ack, the
   leadership at the ack and the change (its observation op).
@@ -25,6 +25,12 @@ When the election itself is seen does not bound it: on a busy machine the contro
 and the observer's next answer came 130 s after the kill of a leader that had acked a record
 1 s before it. Sampling every half second, an election in the half second before an ack may be
 seen only after it; that much the judgement is lenient.
+
+When the leader appended the record is known only to lie between the send and the client's ack:
+the delivery report can come seconds later (a fault run saw a leader paused at 38-52 s append a
+record sent at 52.06 s, be deposed, and the report reach the client at 61.29 s, with a burst of
+other acks from the new leader). So the leadership is the one known when the record was sent, a
+change is one seen after the send, and the follower window runs from the ack the client got.
 
 The report's one sentence on the difference is the definition of acks1-window-loss (anomalies.py).
 """
@@ -70,8 +76,8 @@ def _read(parquet_path: Path, columns: list[str], keep) -> list[dict]:
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     if options.acks != "1":
         return None
-    columns = ["index", "seq", "process", "type", "f", "time_ns", "mop_f", "topic", "partition", "value", "offset",
-               "extra"]
+    columns = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
+               "value", "offset", "extra"]
     rows = _read(parquet_path, columns, lambda t: pc.or_(pc.equal(t["f"], LEADER_EPOCHS),
                                                          pc.is_in(t["mop_f"], pa.array(["send", "poll"]))))
     read = {(r["topic"], r["partition"], r["value"]) for r in rows
@@ -92,10 +98,11 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     found = []
     for r in lost:
         where = f"value {r['value']} of {r['topic']}-{r['partition']} (op {r['index']}, offset {r['offset']})"
-        at = f"acked at {r['time_ns'] / NS_PER_S:.3f} s"
+        sent_ns = min(r["invoke_time_ns"] or r["time_ns"], r["time_ns"])
+        at = f"sent at {sent_ns / NS_PER_S:.3f} s, acked at {r['time_ns'] / NS_PER_S:.3f} s"
         partition_views = views.get((r["topic"], r["partition"]), [])
-        leading = _leading(partition_views, r["time_ns"])
-        change = _change_after(partition_views, r["time_ns"], leading)
+        leading = _leading(partition_views, sent_ns)
+        change = _change_after(partition_views, sent_ns, r["time_ns"], leading)
         if change is not None:
             found.append(anomaly_row(
                 "acks1-window-loss", f"{where} {at}, {_describe(leading)}; {change[1]}: lost in the acks=1 window",
@@ -125,13 +132,13 @@ def _leading(views: list[_View], time_ns: int) -> _View | None:
     return max((v for v in views if v.time_ns <= time_ns), key=lambda v: (v.epoch, v.time_ns), default=None)
 
 
-def _change_after(views: list[_View], ack_ns: int, leading: _View | None) -> tuple[int, str] | None:
-    """(observation op, what it shows) of the leadership change that explains a loss acked at
-    ack_ns, or None: see the module docstring."""
+def _change_after(views: list[_View], sent_ns: int, acked_ns: int, leading: _View | None) -> tuple[int, str] | None:
+    """(observation op, what it shows) of the leadership change that explains a loss sent at
+    sent_ns and acknowledged to the client at acked_ns, or None: see the module docstring."""
     newest_epoch = leading.epoch if leading is not None else -1
     last_by_node: dict[int, _View] = {}
     for v in views:
-        if v.time_ns > ack_ns:
+        if v.time_ns > sent_ns:
             break
         last_by_node[v.node_index] = v
     for v in last_by_node.values():  # a deposed leader, still leading in its own view
@@ -139,12 +146,12 @@ def _change_after(views: list[_View], ack_ns: int, leading: _View | None) -> tup
             return v.op, (f"broker {v.leader} still named itself leader at epoch {v.epoch} at "
                           f"{v.time_ns / NS_PER_S:.3f} s (op {v.op}), deposed by broker {leading.leader} at epoch "
                           f"{newest_epoch}")
-    change = next((v for v in views if v.time_ns > ack_ns and v.epoch > newest_epoch), None)
+    change = next((v for v in views if v.time_ns > sent_ns and v.epoch > newest_epoch), None)
     if change is None or leading is None:
         return None
     # a leader that itself still answered as leader of that epoch FOLLOWER_WINDOW_S after the ack had
     # in-sync followers copy the record by then: its later fall does not explain the loss
-    window_end_ns = ack_ns + int(FOLLOWER_WINDOW_S * NS_PER_S)
+    window_end_ns = acked_ns + int(FOLLOWER_WINDOW_S * NS_PER_S)
     if any(window_end_ns < v.time_ns < change.time_ns and v.node_id == v.leader == leading.leader
            and v.epoch == newest_epoch for v in views):
         return None

@@ -169,6 +169,20 @@ def test_an_acks_1_record_acked_while_a_deposed_leader_still_led_in_its_own_view
     assert "broker 1 still named itself leader at epoch 3" in row["detail"]
 
 
+def test_an_acks_1_record_whose_ack_reached_the_client_after_the_election_is_judged_from_its_send(tmp_path):
+    """The leader appended it some time between the send and the delivery report: a report that
+    arrived after the election was seen does not make the loss one with no leadership change."""
+    h = History()
+    for node_index, node_id in ((0, 1), (1, 2)):
+        leader_epochs(h, 0, node_index, node_id, leader=1, epoch=3)
+    change = leader_epochs(h, 5_000, 1, 2, leader=2, epoch=4)  # broker 2 elected while the ack was on its way
+    h.op(0, "send", "ok", 10, 9_000, mops=[Send(Record("t0", 0, 0, 1, 0))])
+    h.op(5, "poll", "ok", 90_000, 90_001, mops=[Poll(())])
+    [row] = acks.check(h.write(tmp_path), RunOptions(acks="1"))
+    assert (row["anomaly"], row["violation"], row["ops"][1]) == ("acks1-window-loss", False, change)
+    assert "sent at 0.010 s, acked at 9.000 s" in row["detail"]
+
+
 COMPACT = RunOptions(topic_config=(("cleanup.policy", "compact"), ("delete.retention.ms", "60000")))
 
 
