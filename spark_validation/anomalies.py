@@ -27,6 +27,9 @@ _KINDS = (
     AnomalyKind("duplicate-after-timeout", "IDM-1", "a value stored twice because the application sent it again "
                 "after its client reported the first send timed out (_MSG_TIMED_OUT): allowed, the client's resend, "
                 "not the broker's duplicate"),
+    AnomalyKind("duplicate-after-epoch-bump", "IDM-1", "a value stored twice by one idempotent producer in two "
+                "producer epochs (the client bumped its epoch and sent the record again, librdkafka issue 4953): "
+                "allowed, no broker can deduplicate across producer epochs"),
     AnomalyKind("lost-write", "DUR-1", "a committed value below the highest read value was never read"),
     AnomalyKind("unseen", "DUR-1", "values acknowledged to producers were never read by any consumer"),
     AnomalyKind("phantom-read", "VIS-1", "a consumer read a value no producer sent"),
