@@ -81,7 +81,8 @@ assert all(guarantee(k.guarantee_id) for k in _KINDS if k.guarantee_id)
 # A stream processor's committed output (spark_validation/eos.py).
 # Kept apart from ANOMALY_KINDS: a queue run's verdict must not list EOS-* as held.
 EOS_KINDS = {k.name: k for k in (
-    AnomalyKind("eos-duplicate", "EOS-1", "one input record's effect appears more than once in the committed output"),
+    AnomalyKind("eos-duplicate", "EOS-1", "an input value's effect appears in the committed output more times than "
+                "the input topic stores the value (each stored input record counts once)"),
     AnomalyKind("eos-lost", "EOS-1", "an acknowledged input record has no effect in the committed output"),
     AnomalyKind("eos-phantom", "EOS-1", "a committed output stems from an input no producer sent"),
     AnomalyKind("eos-count-repeat", "EOS-1", "within one process a key's count did not grow: an effect counted twice"),
