@@ -42,17 +42,21 @@ class Writer:
 
 def read_batches(path: Path) -> list[tuple[int, int, int, int, int]]:
     """(base offset, last offset, producer id, producer epoch, base sequence) of each v2 batch of
-    one segment file, in file order; a truncated tail ends the walk."""
-    data = path.read_bytes()
+    one segment file, in file order; a truncated tail ends the walk. Only the headers are read:
+    a segment's records stay on disk."""
+    size_bytes = path.stat().st_size
     batches, position = [], 0
-    while position + BATCH_HEADER.size <= len(data):
-        (base_offset, batch_length, _leader_epoch, magic, _crc, _attributes, last_offset_delta, _first_ts,
-         _max_ts, producer_id, producer_epoch, base_sequence, _count) = BATCH_HEADER.unpack_from(data, position)
-        end = position + LOG_OVERHEAD_BYTES + batch_length
-        if magic != 2 or batch_length <= 0 or end > len(data):
-            break
-        batches.append((base_offset, base_offset + last_offset_delta, producer_id, producer_epoch, base_sequence))
-        position = end
+    with path.open("rb") as segment:
+        while position + BATCH_HEADER.size <= size_bytes:
+            segment.seek(position)
+            (base_offset, batch_length, _leader_epoch, magic, _crc, _attributes, last_offset_delta, _first_ts,
+             _max_ts, producer_id, producer_epoch, base_sequence, _count) = BATCH_HEADER.unpack(
+                segment.read(BATCH_HEADER.size))
+            end = position + LOG_OVERHEAD_BYTES + batch_length
+            if magic != 2 or batch_length < BATCH_HEADER.size - LOG_OVERHEAD_BYTES or end > size_bytes:
+                break
+            batches.append((base_offset, base_offset + last_offset_delta, producer_id, producer_epoch, base_sequence))
+            position = end
     return batches
 
 
