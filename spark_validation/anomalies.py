@@ -27,6 +27,9 @@ _KINDS = (
     AnomalyKind("duplicate-after-timeout", "IDM-1", "a value stored twice because the application sent it again "
                 "after its client reported the first send timed out (_MSG_TIMED_OUT): allowed, the client's resend, "
                 "not the broker's duplicate"),
+    AnomalyKind("duplicate-after-epoch-bump", "IDM-1", "a value stored twice by one idempotent producer in two "
+                "producer epochs (the client bumped its epoch and sent the record again, librdkafka issue 4953): "
+                "allowed, no broker can deduplicate across producer epochs"),
     AnomalyKind("lost-write", "DUR-1", "a committed value below the highest read value was never read"),
     AnomalyKind("unseen", "DUR-1", "values acknowledged to producers were never read by any consumer"),
     AnomalyKind("phantom-read", "VIS-1", "a consumer read a value no producer sent"),
@@ -78,7 +81,8 @@ assert all(guarantee(k.guarantee_id) for k in _KINDS if k.guarantee_id)
 # A stream processor's committed output (spark_validation/eos.py).
 # Kept apart from ANOMALY_KINDS: a queue run's verdict must not list EOS-* as held.
 EOS_KINDS = {k.name: k for k in (
-    AnomalyKind("eos-duplicate", "EOS-1", "one input record's effect appears more than once in the committed output"),
+    AnomalyKind("eos-duplicate", "EOS-1", "an input value's effect appears in the committed output more times than "
+                "the input topic stores the value (each stored input record counts once)"),
     AnomalyKind("eos-lost", "EOS-1", "an acknowledged input record has no effect in the committed output"),
     AnomalyKind("eos-phantom", "EOS-1", "a committed output stems from an input no producer sent"),
     AnomalyKind("eos-count-repeat", "EOS-1", "within one process a key's count did not grow: an effect counted twice"),

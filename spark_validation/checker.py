@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_validation import (acks, cycle_search, cycles, durability, groups, isolation, offsets, ordering, realtime,
-                              replicas, resends, retention)
+from spark_validation import (acks, cycle_search, cycles, durability, epoch_bumps, groups, isolation, offsets, ordering,
+                              realtime, replicas, resends, retention)
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -192,7 +192,8 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
         if progress:
             progress(check, position, len(plan), len(rows_found), seconds[check])
     results.unpersist()
-    # a duplicate the application caused by resending after a client timeout is allowed (IDM-1), and
+    # a duplicate the application caused by resending after a client timeout, or the client by resending
+    # after a producer epoch bump, is allowed (IDM-1), and
     # the partition's linearizability is judged again without it
     if resends.explain(rows, parquet_path) and "linearizability" in plan:
         rows = [r for r in rows if r["anomaly"] != "nonlinearizable"] + nonlinearizable_rows(
@@ -337,7 +338,7 @@ def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa
 
 FAMILY_OF = {
     "inconsistent-offsets": "inconsistent-offsets", "duplicate": "duplicate",
-    resends.ANOMALY: "duplicate", "lost-write": "lost-write",
+    resends.ANOMALY: "duplicate", epoch_bumps.ANOMALY: "duplicate", "lost-write": "lost-write",
     "unseen": "unseen", "phantom-read": "phantom-read", "G1a": "G1a", "precommitted-read": "precommitted-read",
     "G1b": "G1b", "poll-skip": "poll-order", "nonmonotonic-poll": "poll-order",
     "int-poll-skip": "internal-poll-order", "int-nonmonotonic-poll": "internal-poll-order",

@@ -86,7 +86,7 @@ def check(history: Path, master: str, remote: str | None, json_path: Path | None
     v = result.verdict
     for anomaly, n in sorted(v["anomalies"].items()):
         marker = "VIOLATION" if anomaly in v["violations"] else "allowed"
-        click.echo(f"  {anomaly:24} {n:8d}  {marker}")
+        click.echo(f"  {anomaly:28} {n:8d}  {marker}")
     held = [g for g, e in v["guarantees"].items() if e["status"] == "held"]
     violated = [g for g, e in v["guarantees"].items() if e["status"] == "violated"]
     worst = v["realtime-lag"]["worst"]

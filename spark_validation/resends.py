@@ -13,11 +13,14 @@ records reported timed out in its completion's extra, "timed_out"):
 - duplicate-after-timeout (IDM-1, allowed): every copy beyond the first is explained by a send of
   the value that was reported timed out and a later send of it, invoked after that report (the
   application's resend). The row names both ops and when the timeout was reported.
+- a duplicate no resend explains is judged by its copies' producer epochs (epoch_bumps.py:
+  duplicate-after-epoch-bump when the client bumped its epoch and sent the record again).
 - any other duplicate stays a `duplicate` (IDM-1, violation).
 
-A resent value also shows in the order checks of its partition (its first copy sits among
-records sent after it, and a value at two offsets has no one place in the order): an order row
-that names a value so resent follows from the resend and is allowed too. And the checker judges
+A resent value (by the application, or by the client after an epoch bump) also shows in the
+order checks of its partition (its first copy sits among records sent after it, and a value at
+two offsets has no one place in the order): an order row that names a value so resent follows
+from the resend and is allowed too. And the checker judges
 the partition's linearizability again without the allowed duplicate (checker.run_checks).
 """
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_validation import epoch_bumps
 from spark_validation.frames import RowGroupReader, row_groups
 
 ANOMALY = "duplicate-after-timeout"
@@ -50,7 +54,8 @@ class _Attempt:
 
 def explain(rows: list[dict], parquet_path: Path) -> bool:
     """Turn each duplicate a resend after a timeout explains into duplicate-after-timeout (allowed),
-    and the order anomalies that follow from it; whether any row changed."""
+    each that an epoch bump explains into duplicate-after-epoch-bump (allowed), and the order
+    anomalies that follow from either; whether any row changed."""
     duplicates = [r for r in rows if r["anomaly"] == "duplicate" and r["violation"]]
     if not duplicates:
         return False
@@ -68,11 +73,14 @@ def explain(rows: list[dict], parquet_path: Path) -> bool:
                          for timed_out, again in shown)
         r.update(anomaly=ANOMALY, violation=False, ops=[op for pair in shown for op in (pair[0].op, pair[1].op)],
                  detail=f"{r['detail']}: {told} (a resend after a client timeout, not a broker's duplicate)")
-    for r in rows:
-        if r["violation"] and r["anomaly"] in FOLLOWS_FROM_RESEND and any(
-                (r["topic"], r["partition"], v) in resent for v in r["values"] or ()):
-            r["violation"], r["detail"] = False, f"follows from a resend after a client timeout (IDM-1): {r['detail']}"
-    return bool(resent)
+    bumped = epoch_bumps.explain([r for r in duplicates if r["violation"]], parquet_path)
+    for r in (r for r in rows if r["violation"] and r["anomaly"] in FOLLOWS_FROM_RESEND):
+        cause = next((cause for cause, values in (("a resend after a client timeout", resent),
+                                                  ("a client's resend after a producer epoch bump", bumped))
+                      if any((r["topic"], r["partition"], v) in values for v in r["values"] or ())), None)
+        if cause:
+            r["violation"], r["detail"] = False, f"follows from {cause} (IDM-1): {r['detail']}"
+    return bool(resent or bumped)
 
 
 def _resends(attempts: list[_Attempt]) -> list[tuple[_Attempt, _Attempt]]:

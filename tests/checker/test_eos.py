@@ -11,13 +11,16 @@ import pyarrow.parquet as pq
 
 from faults.streams import EOS_FILE, OUTPUTS_FILE, OUTPUT_SCHEMA
 from spark_validation.eos import check_eos
-from spec.history import Op, Record, Send, ops_table, write_history
+from spec.history import Op, Poll, Record, Send, ops_table, write_history
 
 INPUTS_PER_KEY = 5
 
 
-def run_folder(tmp_path: Path, outputs: list[dict], acked_inputs: dict[int, list[int]], caught_up: bool = True) -> Path:
-    """A folder as faults/streams.py leaves it: input sends in history.parquet, outputs, eos.json."""
+def run_folder(tmp_path: Path, outputs: list[dict], acked_inputs: dict[int, list[int]], caught_up: bool = True,
+               stored_twice: tuple[tuple[int, int], ...] = ()) -> Path:
+    """A folder as faults/streams.py leaves it: input sends in history.parquet, outputs, eos.json.
+    The final read polls each key's inputs back; each (key, input) of stored_twice is read at two
+    offsets (one send, stored twice by the client's resend)."""
     tmp_path.mkdir(exist_ok=True)
     ops, index = [], 0
     for key, values in acked_inputs.items():
@@ -26,6 +29,11 @@ def run_folder(tmp_path: Path, outputs: list[dict], acked_inputs: dict[int, list
             ops += [Op(index, index, "invoke", "send", index, index, (Send(record),)),
                     Op(index + 1, index, "ok", "send", index + 1, index, (Send(record),))]
             index += 2
+        copies = [value for value in values for _ in range(2 if (key, value) in stored_twice else 1)]
+        read = Poll(tuple(Record(f"t{key // 2}", key % 2, key, value, offset) for offset, value in enumerate(copies)))
+        ops += [Op(index, 1000, "invoke", "poll", index, index, (read,)),
+                Op(index + 1, 1000, "ok", "poll", index + 1, index, (read,))]
+        index += 2
     write_history(ops_table(ops), tmp_path / "history.parquet")
     pq.write_table(pa.Table.from_pylist(outputs, schema=OUTPUT_SCHEMA), tmp_path / OUTPUTS_FILE)
     (tmp_path / EOS_FILE).write_text(json.dumps({
@@ -78,3 +86,19 @@ def test_each_way_of_breaking_exactly_once_is_named_on_its_key(spark, tmp_path):
 def test_a_missing_output_is_not_a_violation_while_the_application_had_not_caught_up(spark, tmp_path):
     rows, _ = check_eos(spark, run_folder(tmp_path, key_outputs(0)[:-1], acked(0), caught_up=False))
     assert [(r["anomaly"], r["violation"]) for r in rows] == [("eos-lost", False)]
+
+
+def test_an_input_stored_twice_is_two_input_records_each_processed_once(spark, tmp_path):
+    # key 0's third input was sent once and stored twice (a client's resend after a producer epoch
+    # bump); the application rightly counted both stored records
+    first = key_outputs(0, restart_after=5)
+    twice = first[:3] + [dict(first[2], offset=first[2]["offset"] + 10, count=4)] + \
+        [dict(o, offset=o["offset"] + 20, count=o["count"] + 1) for o in first[3:]]
+    rows, _ = check_eos(spark, run_folder(tmp_path / "two", twice, acked(0), stored_twice=((0, 3),)))
+    assert rows == []
+    # a third output of that input is one more than the input topic stores
+    thrice = twice[:4] + [dict(twice[2], offset=twice[2]["offset"] + 15, count=5)] + \
+        [dict(o, count=o["count"] + 1) for o in twice[4:]]
+    rows, _ = check_eos(spark, run_folder(tmp_path / "three", thrice, acked(0), stored_twice=((0, 3),)))
+    assert [(r["anomaly"], r["violation"], r["values"], r["delta"]) for r in rows] == [("eos-duplicate", True, [3], 1)]
+    assert "counted 3 times, stored 2 times" in rows[0]["detail"]
