@@ -612,18 +612,8 @@ class ProcessTree:
         return "driver" if pid == self.root else "jvm" if command == "java" else "python workers"
 
     def sample(self) -> None:
-        stats: dict[int, tuple[int, str, list[str]]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                text = stat.read_text()
-                head, tail = text.rsplit(")", 1)
-                fields = tail.split()
-                stats[int(stat.parent.name)] = (int(fields[1]), head.split("(", 1)[1], fields)
-            except (OSError, ValueError, IndexError):
-                continue
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in stats.items():
-            children.setdefault(ppid, []).append(pid)
+        from benchmarks.checker_cluster import process_table
+        stats, children = process_table()
         total_mb, by_kind, stack = 0.0, dict.fromkeys(self.KINDS, 0.0), [self.root]
         while stack:
             pid = stack.pop()

@@ -34,6 +34,23 @@ BENCH_LOCK = Path("/tmp/kspec-bench.lock")
 HERE = Path(__file__).resolve().parent.parent
 
 
+
+def process_table() -> tuple[dict[int, tuple[int, str, list[str]]], dict[int, list[int]]]:
+    """Every process in /proc: pid -> (parent pid, command, the fields of its stat after the
+    command), and parent pid -> its children's pids."""
+    stats: dict[int, tuple[int, str, list[str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            head, tail = stat.read_text().rsplit(")", 1)
+            fields = tail.split()
+            stats[int(stat.parent.name)] = (int(fields[1]), head.split("(", 1)[1], fields)
+        except (OSError, ValueError, IndexError):
+            continue
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    return stats, children
+
 class ClusterMemory(threading.Thread):
     """Peak RSS (MB) and last-seen CPU seconds by role, over the process trees of named roots."""
 
@@ -62,17 +79,7 @@ class ClusterMemory(threading.Thread):
         return root.replace("worker", "executor") + (" JVM" if command == "java" else " Python")
 
     def sample(self) -> None:
-        stats: dict[int, tuple[int, str, list[str]]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                head, tail = stat.read_text().rsplit(")", 1)
-                fields = tail.split()
-                stats[int(stat.parent.name)] = (int(fields[1]), head.split("(", 1)[1], fields)
-            except (OSError, ValueError, IndexError):
-                continue
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in stats.items():
-            children.setdefault(ppid, []).append(pid)
+        stats, children = process_table()
         now: dict[str, float] = {}
         for root, root_pid in self.roots.items():
             stack = [(root_pid, 0)]

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from faults import net
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
 from spark_validation.checker import run_checks
@@ -15,14 +14,6 @@ from spark_validation.options import RunOptions as CheckOptions
 from spec.history import ops_from_table, read_history
 
 WORKLOAD = WorkloadOptions(concurrency=4, rate_hz=100, send_timeout_s=5.0, replication_factor=3)
-
-
-@pytest.fixture
-def namespaces_available() -> None:
-    try:
-        net.check_capability()
-    except net.NetworkUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.mark.timeout(300)

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from faults import net
 from faults.run import RunOptions, run
 from faults.workload import WorkloadOptions
 from spark_validation.checker import run_checks
@@ -20,14 +19,6 @@ WORKLOAD = WorkloadOptions(concurrency=4, rate_hz=60, replication_factor=3)
 GUARANTEES = ("DUR-1", "ORD-1", "ORD-2", "ORD-3")
 CHECKS = ("lost-write", "unseen", "poll-order", "internal-poll-order", "send-order", "internal-send-order",
           "realtime-order")
-
-
-@pytest.fixture
-def namespaces_available() -> None:
-    try:
-        net.check_capability()
-    except net.NetworkUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.mark.timeout(180)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from faults import net
 from faults.run import RunOptions, run
 from faults.workload import ABORTED_BY_CLIENT, WorkloadOptions
 from spark_validation.checker import run_checks
@@ -16,14 +15,6 @@ from spark_validation.options import RunOptions as CheckOptions
 from spec.history import ops_from_table, read_history
 
 WORKLOAD = WorkloadOptions(concurrency=4, rate_hz=100, txn_timeout_s=3.0, txn=True, txn_abort_p=0.2)
-
-
-@pytest.fixture
-def namespaces_available() -> None:
-    try:
-        net.check_capability()
-    except net.NetworkUnavailable as e:
-        pytest.skip(str(e))
 
 
 @pytest.mark.timeout(180)

@@ -9,14 +9,6 @@ from faults_helpers import network_name
 
 
 @pytest.fixture
-def namespaces_available() -> None:
-    try:
-        net.check_capability()
-    except net.NetworkUnavailable as e:
-        pytest.skip(str(e))
-
-
-@pytest.fixture
 def network(namespaces_available, tmp_path):
     """Three namespaces on a bridge; destroyed, and checked gone, even when the test fails."""
     network = net.Network(network_name(), nodes=3, state_dir=tmp_path / "state")
