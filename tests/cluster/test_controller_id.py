@@ -17,13 +17,14 @@ from reference.protocol.api_keys import ApiKey
 from .conftest import WAIT_S, wait_until
 
 CREATED_AFTER_RESTART_S_MAX = 20.0  # the node's start, an election, the forwarded CreateTopics: seconds
+DESCRIBE_QUORUM_WAIT_S = 3.0  # a leader answers at once; a node without one holds it (forwarding)
 
 
 def has_no_active_controller(address: str) -> bool:
-    """DescribeQuorum goes to the active controller; a node that knows none closes the
-    connection once its forwarding wait is over."""
+    """DescribeQuorum goes to the active controller; a node that knows none holds it until one
+    is elected (or closes the connection once its forwarding wait is over)."""
     try:
-        with WireClient(address, timeout_s=WAIT_S) as wire:
+        with WireClient(address, timeout_s=DESCRIBE_QUORUM_WAIT_S) as wire:
             wire.request(ApiKey.DESCRIBE_QUORUM, 1, {"topics": [
                 {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
     except OSError:
