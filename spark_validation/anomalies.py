@@ -63,6 +63,10 @@ _KINDS = (
                                               "leadership before any follower had fetched it is lost by design "
                                               "(allowed), while a lost record whose partition kept its leader is a "
                                               "violation"),
+    AnomalyKind("power-loss-window", "DUR-1", "a record lost with the unflushed writes of a node that lost power "
+                "and then led its partition again, as its last in-sync replica: Kafka does not fsync each write and "
+                "re-elects the last ISR member whatever its disk kept (before KIP-966), so DUR-1's condition that one "
+                "ISR member survives failed (allowed)"),
     AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost while its partition kept the leader that acknowledged it"),
     AnomalyKind("compaction-lost-latest", "RET-1", "compaction lost the latest acknowledged value of a key"),
     AnomalyKind("compaction-offset-reuse", "RET-1", "a compacted log reordered offsets or reused one for another value"),

@@ -1,0 +1,160 @@
+"""Power loss (DUR-1): which lost records a power loss of their partition's last in-sync replica explains.
+
+Kafka does not fsync a partition's log on each write (flush.messages and flush.ms default to
+Long.MAX_VALUE): it relies on replication, and a power loss drops the node's unflushed writes
+(faults/lazyfs.py drops them; the power nemesis records the bytes dropped per file). When the
+node that lost them is elected leader of the partition again, its shorter log wins and the other
+replicas truncate to it, so offsets are handed out again. Kafka's KRaft controller does exactly
+that when the node was the partition's last ISR member: a fenced broker leaves every ISR but the
+last member stays, and leads again once it returns, whatever its disk kept ("last replica
+standing"; KIP-966's eligible leader replicas and unclean-shutdown detection, Kafka 4.0+ with
+eligible.leader.replicas.version=1, exist to close it). DUR-1 holds only while one ISR member
+survives; there the only one left did not survive with its writes. So in a run with the power
+nemesis every acknowledged value that the final reads did not return (or, without final reads,
+that no poll returned) is judged against the power losses:
+
+- power-loss-window (allowed): a power loss after the value was sent dropped unflushed bytes of
+  its partition's log on a node, and a later leader-epoch observation (faults/epochs.py) names
+  that node's broker leader of the partition at a newer epoch than the newest known at the power
+  loss. The row names the send, the power loss and the election.
+Any other loss stays what durability.py found (lost-write, unseen: DUR-1 violations).
+
+The ISR is not visible from outside, so the judgement is lenient in one way: a broker that
+re-elected a power-cut replica while another ISR member still held the records (which Kafka never
+does: a re-registered broker leaves every ISR it is not the last member of) is excused too. The
+replica audit (replicas.py) and the reference's own metadata log are where that would show.
+
+`explain` then keeps the lost-write/unseen rows of those values, and the rows that follow from
+their offsets being handed out again (inconsistent-offsets, realtime-order, ...), as allowed.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_validation.acks import LEADER_EPOCHS, NS_PER_S, _View, _views
+from spark_validation.anomalies import anomaly_row
+from spark_validation.frames import read_filtered
+from spark_validation.options import RunOptions
+
+GUARANTEES: tuple[str, ...] = ()  # it only explains DUR-1 losses the partition checks found
+NOT_APPLICABLE = "the run had no power nemesis (--nemesis power)"
+ANOMALIES = ("power-loss-window",)
+START_POWER = "start-power"  # faults/nemesis.py: its completion's value has dropped_files by node index
+# what follows from an offset handed out again; judged by the values or offsets the row names
+REUSE_CONSEQUENCES = ("inconsistent-offsets", "realtime-order", "future-read", "nonlinearizable",
+                      "replica-read-mismatch", "nonmonotonic-send", "send-skip", "poll-skip", "nonmonotonic-poll")
+REUSE_BY_OFFSET_ONLY = ("epoch-regression",)  # its values are leader epochs, not records
+
+
+@dataclass(frozen=True)
+class PowerLoss:
+    op: int
+    time_ns: int
+    node_index: int
+    dropped: dict[tuple[str, int], int]  # (topic, partition) -> unflushed log bytes dropped
+
+
+def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
+    columns = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
+               "value", "offset", "extra"]
+    rows = read_filtered(parquet_path, columns, lambda t: pc.or_(
+        pc.is_in(t["f"], pa.array([LEADER_EPOCHS, START_POWER, "assign"])),
+        pc.is_in(t["mop_f"], pa.array(["send", "poll"])))).to_pylist()
+    losses = _power_losses([r for r in rows if r["f"] == START_POWER and r["type"] != "invoke"])
+    if not losses:
+        return None
+    # the final reads (faults/workload.py final_reads: a fresh process assigned from the beginning)
+    # are what the run kept; a value read earlier at an offset handed out again is lost all the same
+    final = {r["process"] for r in rows if r["f"] == "assign" and r["extra"]
+             and json.loads(r["extra"]).get("seek-to-beginning")}
+    read = {(r["topic"], r["partition"], r["value"]) for r in rows
+            if r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None
+            and (not final or r["process"] in final)}
+    lost = [r for r in rows if r["mop_f"] == "send" and r["type"] == "ok"
+            and (r["topic"], r["partition"], r["value"]) not in read]
+    if not lost:
+        return []
+    observations = [r for r in rows if r["f"] == LEADER_EPOCHS and r["type"] == "ok" and r["seq"] == 0]
+    views = _views(observations)
+    broker_of = {}  # node index -> broker id, as the nodes answered
+    for r in observations:
+        extra = json.loads(r["extra"])
+        if extra.get("node_id") is not None:
+            broker_of[extra["node_index"]] = extra["node_id"]
+    found = []
+    for r in lost:
+        sent_ns = min(r["invoke_time_ns"] or r["time_ns"], r["time_ns"])
+        where = (r["topic"], r["partition"])
+        for loss in losses:
+            if loss.time_ns <= sent_ns or not loss.dropped.get(where) or loss.node_index not in broker_of:
+                continue
+            election = _elected_after(views.get(where, []), loss, broker_of[loss.node_index])
+            if election is None:
+                continue
+            found.append(anomaly_row(
+                "power-loss-window",
+                f"value {r['value']} of {r['topic']}-{r['partition']} (op {r['index']}, offset {r['offset']}) sent at "
+                f"{sent_ns / NS_PER_S:.3f} s; the power loss of node {loss.node_index} at {loss.time_ns / NS_PER_S:.3f} s "
+                f"(op {loss.op}) dropped {loss.dropped[where]} unflushed byte(s) of its log, and broker "
+                f"{election.leader} led it again at epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s "
+                f"(op {election.op}): the last in-sync replica came back without its unflushed writes",
+                violation=False, topic=r["topic"], partition=r["partition"], process=r["process"],
+                ops=[r["index"], loss.op, election.op], values=[r["value"]], offsets=[r["offset"]]))
+            break
+    return found
+
+
+def _power_losses(completions: list[dict]) -> list[PowerLoss]:
+    """Every node a power cut dropped log bytes on, with the partitions whose logs lost bytes."""
+    losses = []
+    for r in completions:
+        value = (json.loads(r["extra"]) if r["extra"] else {}).get("value") or {}
+        for node, files in (value.get("dropped_files") or {}).items():
+            dropped: dict[tuple[str, int], int] = {}
+            for path, size in files.items():
+                directory, _, name = path.strip("/").partition("/")
+                topic, _, partition = directory.rpartition("-")
+                if name.endswith(".log") and size > 0 and topic and partition.isdigit():
+                    key = (topic, int(partition))
+                    dropped[key] = dropped.get(key, 0) + size
+            if dropped:
+                losses.append(PowerLoss(r["index"], r["time_ns"], int(node), dropped))
+    return sorted(losses, key=lambda loss: loss.time_ns)
+
+
+def _elected_after(views: list[_View], loss: PowerLoss, broker_id: int) -> _View | None:
+    """The first observation after the power loss naming the cut node's broker leader at an epoch
+    above the newest one any node had named by the time of the power loss."""
+    newest = max((v.epoch for v in views if v.time_ns <= loss.time_ns), default=-1)
+    return next((v for v in views if v.time_ns > loss.time_ns and v.leader == broker_id and v.epoch > newest), None)
+
+
+def explain(rows: list[dict]) -> None:
+    """Keep as allowed the lost-write/unseen rows whose every value a power loss explains, and the
+    violations that follow from those values' offsets being handed out again: a row naming such a
+    value, or (for the kinds that name offsets of a reused range) an offset at or below the highest
+    offset a power-loss-window value had."""
+    window = {(r["topic"], r["partition"], v) for r in rows if r["anomaly"] in ANOMALIES for v in r["values"]}
+    if not window:
+        return
+    reused_max: dict[tuple[str, int], int] = {}
+    for r in rows:
+        if r["anomaly"] in ANOMALIES and r["offsets"] and r["offsets"][0] is not None:
+            where = (r["topic"], r["partition"])
+            reused_max[where] = max(reused_max.get(where, -1), r["offsets"][0])
+    for r in rows:
+        if not r["violation"]:
+            continue
+        where = (r["topic"], r["partition"])
+        values = [(r["topic"], r["partition"], v) for v in r["values"] or ()]
+        in_reused = any(o is not None and o <= reused_max.get(where, -1) for o in r["offsets"] or ())
+        if r["anomaly"] in ("lost-write", "unseen") and values and all(v in window for v in values):
+            r["violation"], r["detail"] = False, f"lost with its last in-sync replica's power (power-loss-window): {r['detail']}"
+        elif ((r["anomaly"] in REUSE_CONSEQUENCES and (any(v in window for v in values) or in_reused))
+              or (r["anomaly"] in REUSE_BY_OFFSET_ONLY and in_reused)):
+            r["violation"], r["detail"] = False, f"follows from a power-loss-window loss (DUR-1): {r['detail']}"
