@@ -36,6 +36,9 @@ _KINDS = (
     AnomalyKind("G1a", "TXN-2", "an ok op read a value written by a failed (aborted) op"),
     AnomalyKind("precommitted-read", "TXN-2", "an op read a value it wrote itself before committing"),
     AnomalyKind("G1b", "TXN-1", "a read spanned a transaction's writes to a partition but saw only some"),
+    AnomalyKind("hanging-transaction", "TXN-1", "a transactional write no marker ended holds its partition's last "
+                "stable offset through the final reads: it neither committed nor aborted with its transaction, and "
+                "read_committed consumers read nothing after it (the committed records it hides are not lost)"),
     AnomalyKind("poll-skip", "ORD-3", "a process's next poll skipped over offsets after its last poll"),
     AnomalyKind("nonmonotonic-poll", "ORD-3", "a process's next poll started at or before its last poll"),
     AnomalyKind("int-poll-skip", "ORD-3", "within one op, consecutive reads of a partition skipped offsets"),
