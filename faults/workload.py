@@ -703,8 +703,8 @@ class Workload:
                 if all(tp.offset >= high_watermarks[(tp.topic, tp.partition)] for tp in positions):
                     return True
             # where the reads stuck, and on what (an open transaction holding the last stable offset)
-            stuck = [(tp.topic, tp.partition, tp.offset, high_watermarks[(tp.topic, tp.partition)])
-                     for tp in client.consumer.position(to_read) if tp.offset < high_watermarks[(tp.topic, tp.partition)]]
+            highs = [(tp, high_watermarks[(tp.topic, tp.partition)]) for tp in client.consumer.position(to_read)]
+            stuck = [(tp.topic, tp.partition, tp.offset, high) for tp, high in highs if tp.offset < high]
             if stuck and self.options.isolation_level == "read_committed":
                 stuck_reads.record(self.bootstrap, self.recorder, client.process, stuck, self.options.client_properties,
                                    {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER})

@@ -64,7 +64,8 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
                 by = "that no op of this history sent"
             else:
                 sent_ns = min(sender["invoke_time_ns"] or sender["time_ns"], sender["time_ns"])
-                by = (f"sent by op {sender['index']} ({sender['f']}, {OUTCOMES.get(sender['type'], sender['type'])}) at "
+                outcome = OUTCOMES.get(sender["type"], sender["type"])
+                by = (f"sent by op {sender['index']} ({sender['f']}, {outcome}) at "
                       f"{sent_ns / NS_PER_S:.3f} s, {(op['time_ns'] - sent_ns) / NS_PER_S:.0f} s before")
             found.append(anomaly_row(
                 "hanging-transaction",

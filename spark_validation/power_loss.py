@@ -90,22 +90,23 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     for r in lost:
         sent_ns = min(r["invoke_time_ns"] or r["time_ns"], r["time_ns"])
         where = (r["topic"], r["partition"])
-        for loss in losses:
-            if loss.time_ns <= sent_ns or not loss.dropped.get(where) or loss.node_index not in broker_of:
-                continue
-            election = _elected_after(views.get(where, []), loss, broker_of[loss.node_index])
-            if election is None:
-                continue
+        candidates = [(election, loss) for loss in losses
+                      if loss.time_ns > sent_ns and loss.dropped.get(where) and loss.node_index in broker_of
+                      for election in [_elected_after(views.get(where, []), loss, broker_of[loss.node_index])]
+                      if election is not None]
+        if candidates:  # the first such election is the one whose log the others truncated to
+            election, loss = min(candidates, key=lambda c: c[0].time_ns)
             found.append(anomaly_row(
                 "power-loss-window",
                 f"value {r['value']} of {r['topic']}-{r['partition']} (op {r['index']}, offset {r['offset']}) sent at "
-                f"{sent_ns / NS_PER_S:.3f} s; the power loss of node {loss.node_index} at {loss.time_ns / NS_PER_S:.3f} s "
+                f"{sent_ns / NS_PER_S:.3f} s; the power loss of node {loss.node_index} at "
+                f"{loss.time_ns / NS_PER_S:.3f} s "
                 f"(op {loss.op}) dropped {loss.dropped[where]} unflushed byte(s) of its log, and broker "
                 f"{election.leader} led it again at epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s "
-                f"(op {election.op}): the last in-sync replica came back without its unflushed writes",
+                f"(op {election.op}): a replica back without its unflushed writes led it, as Kafka re-elects its "
+                f"last in-sync replica",
                 violation=False, topic=r["topic"], partition=r["partition"], process=r["process"],
                 ops=[r["index"], loss.op, election.op], values=[r["value"]], offsets=[r["offset"]]))
-            break
     return found
 
 
@@ -154,7 +155,8 @@ def explain(rows: list[dict]) -> None:
         values = [(r["topic"], r["partition"], v) for v in r["values"] or ()]
         in_reused = any(o is not None and o <= reused_max.get(where, -1) for o in r["offsets"] or ())
         if r["anomaly"] in ("lost-write", "unseen") and values and all(v in window for v in values):
-            r["violation"], r["detail"] = False, f"lost with its last in-sync replica's power (power-loss-window): {r['detail']}"
+            r["violation"] = False
+            r["detail"] = f"lost with its last in-sync replica's power (power-loss-window): {r['detail']}"
         elif ((r["anomaly"] in REUSE_CONSEQUENCES and (any(v in window for v in values) or in_reused))
               or (r["anomaly"] in REUSE_BY_OFFSET_ONLY and in_reused)):
             r["violation"], r["detail"] = False, f"follows from a power-loss-window loss (DUR-1): {r['detail']}"
