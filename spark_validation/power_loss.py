@@ -10,13 +10,15 @@ last member stays, and leads again once it returns, whatever its disk kept ("las
 standing"; KIP-966's eligible leader replicas and unclean-shutdown detection, Kafka 4.0+ with
 eligible.leader.replicas.version=1, exist to close it). DUR-1 holds only while one ISR member
 survives; there the only one left did not survive with its writes. So in a run with the power
-nemesis every acknowledged value that the final reads did not return (or, without final reads,
-that no poll returned) is judged against the power losses:
+nemesis every acknowledged value that the final reads did not return at its acknowledged offset
+(or, without final reads, that no poll returned), and every value a poll read at an offset where
+the final reads found another, is judged against the power losses:
 
-- power-loss-window (allowed): a power loss after the value was sent dropped unflushed bytes of
-  its partition's log on a node, and a later leader-epoch observation (faults/epochs.py) names
-  that node's broker leader of the partition at a newer epoch than the newest known at the power
-  loss. The row names the send, the power loss and the election.
+- power-loss-window (allowed): a power loss after the value was sent (or, for a read value, after
+  it was first read there) dropped unflushed bytes of its partition's log on a node, and a later
+  leader-epoch observation (faults/epochs.py) names that node's broker leader of the partition at
+  a newer epoch than the newest known at the power loss. The row names the send (or the first
+  read), the power loss and the election.
 Any other loss stays what durability.py found (lost-write, unseen: DUR-1 violations).
 
 The ISR is not visible from outside, so the judgement is lenient in one way: a broker that
@@ -46,8 +48,9 @@ NOT_APPLICABLE = "the run had no power nemesis (--nemesis power)"
 ANOMALIES = ("power-loss-window",)
 START_POWER = "start-power"  # faults/nemesis.py: its completion's value has dropped_files by node index
 # what follows from an offset handed out again; judged by the values or offsets the row names
-REUSE_CONSEQUENCES = ("inconsistent-offsets", "realtime-order", "future-read", "nonlinearizable",
-                      "replica-read-mismatch", "nonmonotonic-send", "send-skip", "poll-skip", "nonmonotonic-poll")
+REUSE_CONSEQUENCES = ("inconsistent-offsets", "duplicate", "realtime-order", "future-read", "nonlinearizable",
+                      "replica-read-mismatch", "nonmonotonic-send", "send-skip", "poll-skip", "nonmonotonic-poll",
+                      "int-poll-skip", "int-nonmonotonic-poll")
 REUSE_BY_OFFSET_ONLY = ("epoch-regression",)  # its values are leader epochs, not records
 
 
@@ -72,12 +75,29 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     # are what the run kept; a value read earlier at an offset handed out again is lost all the same
     final = {r["process"] for r in rows if r["f"] == "assign" and r["extra"]
              and json.loads(r["extra"]).get("seek-to-beginning")}
-    read = {(r["topic"], r["partition"], r["value"]) for r in rows
-            if r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None
-            and (not final or r["process"] in final)}
-    lost = [r for r in rows if r["mop_f"] == "send" and r["type"] == "ok"
-            and (r["topic"], r["partition"], r["value"]) not in read]
-    if not lost:
+    polls = [r for r in rows if r["mop_f"] == "poll" and r["type"] == "ok" and r["topic"] is not None]
+    kept_polls = [r for r in polls if not final or r["process"] in final]
+    read = {(r["topic"], r["partition"], r["value"]) for r in kept_polls}
+    kept = {(r["topic"], r["partition"], r["offset"]): r["value"] for r in kept_polls}
+
+    def reused(topic: str, partition: int, offset: int | None, value: int) -> bool:
+        """With final reads: they found another value at this offset (a copy the producer sent again
+        elsewhere does not bring back the offset that was handed out again)."""
+        return bool(final) and offset is not None and kept.get((topic, partition, offset), value) != value
+
+    # (topic, partition, value, offset) -> (since when it was stored, op, process, how it is known)
+    gone: dict[tuple, tuple[int, int, int, str]] = {}
+    for r in rows:
+        if r["mop_f"] == "send" and r["type"] == "ok" and (
+                (r["topic"], r["partition"], r["value"]) not in read
+                or reused(r["topic"], r["partition"], r["offset"], r["value"])):
+            sent_ns = min(r["invoke_time_ns"] or r["time_ns"], r["time_ns"])
+            gone[(r["topic"], r["partition"], r["value"], r["offset"])] = (sent_ns, r["index"], r["process"], "sent")
+    for r in sorted(polls, key=lambda r: r["time_ns"]):  # a committed record read, then its offset reused
+        key = (r["topic"], r["partition"], r["value"], r["offset"])
+        if key not in gone and reused(*key[:2], r["offset"], r["value"]):
+            gone[key] = (r["time_ns"], r["index"], r["process"], "read")
+    if not gone:
         return []
     observations = [r for r in rows if r["f"] == LEADER_EPOCHS and r["type"] == "ok" and r["seq"] == 0]
     views = _views(observations)
@@ -87,26 +107,24 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
         if extra.get("node_id") is not None:
             broker_of[extra["node_index"]] = extra["node_id"]
     found = []
-    for r in lost:
-        sent_ns = min(r["invoke_time_ns"] or r["time_ns"], r["time_ns"])
-        where = (r["topic"], r["partition"])
+    for (topic, partition, value, offset), (since_ns, op, process, how) in gone.items():
+        where = (topic, partition)
         candidates = [(election, loss) for loss in losses
-                      if loss.time_ns > sent_ns and loss.dropped.get(where) and loss.node_index in broker_of
+                      if loss.time_ns > since_ns and loss.dropped.get(where) and loss.node_index in broker_of
                       for election in [_elected_after(views.get(where, []), loss, broker_of[loss.node_index])]
                       if election is not None]
         if candidates:  # the first such election is the one whose log the others truncated to
             election, loss = min(candidates, key=lambda c: c[0].time_ns)
             found.append(anomaly_row(
                 "power-loss-window",
-                f"value {r['value']} of {r['topic']}-{r['partition']} (op {r['index']}, offset {r['offset']}) sent at "
-                f"{sent_ns / NS_PER_S:.3f} s; the power loss of node {loss.node_index} at "
-                f"{loss.time_ns / NS_PER_S:.3f} s "
+                f"value {value} of {topic}-{partition} at offset {offset}, {how} at {since_ns / NS_PER_S:.3f} s "
+                f"(op {op}); the power loss of node {loss.node_index} at {loss.time_ns / NS_PER_S:.3f} s "
                 f"(op {loss.op}) dropped {loss.dropped[where]} unflushed byte(s) of its log, and broker "
-                f"{election.leader} led it again at epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s "
-                f"(op {election.op}): a replica back without its unflushed writes led it, as Kafka re-elects its "
-                f"last in-sync replica",
-                violation=False, topic=r["topic"], partition=r["partition"], process=r["process"],
-                ops=[r["index"], loss.op, election.op], values=[r["value"]], offsets=[r["offset"]]))
+                f"{election.leader} led it "
+                f"again at epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s (op {election.op}): a "
+                f"replica back without its unflushed writes led it, as Kafka re-elects its last in-sync replica",
+                violation=False, topic=topic, partition=partition, process=process,
+                ops=[op, loss.op, election.op], values=[value], offsets=[offset]))
     return found
 
 
