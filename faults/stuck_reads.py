@@ -42,13 +42,15 @@ def record(bootstrap: str, recorder: Recorder, process: int, stuck: list[tuple[s
             _, stable = committed.get_watermark_offsets(TopicPartition(topic, partition), timeout=READ_TIMEOUT_S)
             records: list[list[int | None]] = []
             if stable < high:
-                uncommitted.assign([TopicPartition(topic, partition, stable)])
+                at = TopicPartition(topic, partition, stable)
+                uncommitted.assign([at])
                 deadline = time.monotonic() + READ_TIMEOUT_S
+                # until RECORDS_MAX records or the high watermark (markers are not delivered: the position says)
                 while len(records) < RECORDS_MAX and time.monotonic() < deadline:
                     for m in uncommitted.consume(num_messages=RECORDS_MAX, timeout=POLL_TIMEOUT_S):
                         if not m.error() and m.offset() >= stable:
                             records.append([m.offset(), decode_long(m.value())])
-                    if records and records[-1][0] >= high - 1:
+                    if uncommitted.position([at])[0].offset >= high:
                         break
             found.append([topic, partition, position, stable, high, records[:RECORDS_MAX]])
     except KafkaException as e:
