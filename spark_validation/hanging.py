@@ -14,13 +14,13 @@ they could not read to its high watermark, the LSO and the records at and above 
 read_uncommitted consumer reads them. For each partition whose LSO stayed below its high
 watermark with a record at the LSO:
 
-- hanging-transaction (TXN-1 violation): names the record at the LSO and the op that sent it
-  (with that op's outcome). A violation when that op's client ended its transaction (committed or
-  aborted: its markers were written, so nothing will end this write), or when the write has been
-  open longer than a coordinator lets a transaction run with Kafka's defaults (transaction.timeout.ms,
-  60 s, plus the 10 s between the coordinator's checks for timed-out transactions). A write of an undecided transaction
-  (info: its producer was dropped) open for less than that may still be aborted by its
-  coordinator: reported, allowed.
+- hanging-transaction (TXN-1): names the record at the LSO and the op that sent it (with that
+  op's outcome). A violation when that op's client ended its transaction (committed or aborted:
+  its markers were written, so nothing will end this write), or when the write has been open
+  longer than a coordinator lets a transaction run with Kafka's defaults (transaction.timeout.ms,
+  60 s, plus the 10 s between the coordinator's checks for timed-out transactions). A write of
+  an undecided transaction (info: its producer was dropped) open for less than that may still
+  be aborted by its coordinator: reported, allowed.
 
 `explain` then keeps as allowed the unseen/lost-write rows whose every value lies at or above
 the LSO of a hanging transaction on its partition: they are stored and committed, hidden behind
