@@ -15,10 +15,11 @@ nemesis every acknowledged value that the final reads did not return at its ackn
 the final reads found another, is judged against the power losses:
 
 - power-loss-window (allowed): a power loss after the value was sent (or, for a read value, after
-  it was first read there) dropped unflushed bytes of its partition's log on a node, and a later
-  leader-epoch observation (faults/epochs.py) names that node's broker leader of the partition at
-  a newer epoch than the newest known at the power loss. The row names the send (or the first
-  read), the power loss and the election.
+  it was first read there) dropped unflushed bytes of its partition's log on a node, and after the
+  heal restarted that node a leader-epoch observation (faults/epochs.py) names its broker leader
+  of the partition at a newer epoch than the newest known at the restart (an election made while
+  it was down never served its short log: its restart fences it first). The row names the send
+  (or the first read), the power loss and the election.
 Any other loss stays what durability.py found (lost-write, unseen: DUR-1 violations).
 
 The ISR is not visible from outside, so the judgement is lenient in one way: a broker that
@@ -38,6 +39,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_validation import retention
 from spark_validation.acks import LEADER_EPOCHS, NS_PER_S, _View, _views
 from spark_validation.anomalies import anomaly_row
 from spark_validation.frames import read_filtered
@@ -47,11 +49,15 @@ GUARANTEES: tuple[str, ...] = ()  # it only explains DUR-1 losses the partition 
 NOT_APPLICABLE = "the run had no power nemesis (--nemesis power)"
 ANOMALIES = ("power-loss-window",)
 START_POWER = "start-power"  # faults/nemesis.py: its completion's value has dropped_files by node index
+STOP_POWER = "stop-power"  # its completion's value lists the nodes restarted
 # what follows from an offset handed out again; judged by the values or offsets the row names
 REUSE_CONSEQUENCES = ("inconsistent-offsets", "duplicate", "realtime-order", "future-read", "nonlinearizable",
                       "replica-read-mismatch", "nonmonotonic-send", "send-skip", "poll-skip", "nonmonotonic-poll",
                       "int-poll-skip", "int-nonmonotonic-poll")
 REUSE_BY_OFFSET_ONLY = ("epoch-regression",)  # its values are leader epochs, not records
+# a lost value's own rows: DUR-1's, DUR-2's in an acks=1 run (Kafka loses an acks=1 record the same
+# way), RET-1's latest value of a key (lost with the power, not by the cleaner)
+LOST_KINDS = ("lost-write", "unseen", "acks1-loss", "compaction-lost-latest")
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class PowerLoss:
     op: int
     time_ns: int
     node_index: int
+    restarted_ns: int  # when the heal restarted the node (the end of the history if it never did)
     dropped: dict[tuple[str, int], int]  # (topic, partition) -> unflushed log bytes dropped
 
 
@@ -66,9 +73,9 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     columns = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
                "value", "offset", "extra"]
     rows = read_filtered(parquet_path, columns, lambda t: pc.or_(
-        pc.is_in(t["f"], pa.array([LEADER_EPOCHS, START_POWER, "assign"])),
+        pc.is_in(t["f"], pa.array([LEADER_EPOCHS, START_POWER, STOP_POWER, "assign"])),
         pc.is_in(t["mop_f"], pa.array(["send", "poll"])))).to_pylist()
-    losses = _power_losses([r for r in rows if r["f"] == START_POWER and r["type"] != "invoke"])
+    losses = _power_losses([r for r in rows if r["f"] in (START_POWER, STOP_POWER) and r["type"] != "invoke"])
     if not losses:
         return None
     # the final reads (faults/workload.py final_reads: a fresh process assigned from the beginning)
@@ -97,6 +104,13 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
         key = (r["topic"], r["partition"], r["value"], r["offset"])
         if key not in gone and reused(*key[:2], r["offset"], r["value"]):
             gone[key] = (r["time_ns"], r["index"], r["process"], "read")
+    if options.compacted:  # the cleaner removes a value once a later one of its key exists: RET-1 judges those
+        newest: dict[tuple, int] = {}
+        for r in polls:
+            key = (r["topic"], r["partition"], r["value"] % retention.COMPACTION_KEYS)
+            newest[key] = max(newest.get(key, -1), r["offset"])
+        gone = {k: v for k, v in gone.items()
+                if k[3] is None or newest.get((k[0], k[1], k[2] % retention.COMPACTION_KEYS), -1) <= k[3]}
     if not gone:
         return []
     observations = [r for r in rows if r["f"] == LEADER_EPOCHS and r["type"] == "ok" and r["seq"] == 0]
@@ -129,11 +143,18 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
 
 
 def _power_losses(completions: list[dict]) -> list[PowerLoss]:
-    """Every node a power cut dropped log bytes on, with the partitions whose logs lost bytes."""
+    """Every node a power cut dropped log bytes on, with the partitions whose logs lost bytes and
+    when the node was restarted."""
     losses = []
-    for r in completions:
+    completions = sorted(completions, key=lambda r: r["time_ns"])
+    for at, r in enumerate(completions):
         value = (json.loads(r["extra"]) if r["extra"] else {}).get("value") or {}
+        if r["f"] != START_POWER:
+            continue
         for node, files in (value.get("dropped_files") or {}).items():
+            restarted_ns = next((h["time_ns"] for h in completions[at + 1:] if h["f"] == STOP_POWER
+                                 and int(node) in ((json.loads(h["extra"]) if h["extra"] else {}).get("value") or {})
+                                 .get("restarted", ())), 1 << 62)
             dropped: dict[tuple[str, int], int] = {}
             for path, size in files.items():
                 directory, _, name = path.strip("/").partition("/")
@@ -142,19 +163,21 @@ def _power_losses(completions: list[dict]) -> list[PowerLoss]:
                     key = (topic, int(partition))
                     dropped[key] = dropped.get(key, 0) + size
             if dropped:
-                losses.append(PowerLoss(r["index"], r["time_ns"], int(node), dropped))
+                losses.append(PowerLoss(r["index"], r["time_ns"], int(node), restarted_ns, dropped))
     return sorted(losses, key=lambda loss: loss.time_ns)
 
 
 def _elected_after(views: list[_View], loss: PowerLoss, broker_id: int) -> _View | None:
-    """The first observation after the power loss naming the cut node's broker leader at an epoch
-    above the newest one any node had named by the time of the power loss."""
-    newest = max((v.epoch for v in views if v.time_ns <= loss.time_ns), default=-1)
-    return next((v for v in views if v.time_ns > loss.time_ns and v.leader == broker_id and v.epoch > newest), None)
+    """The first observation after the cut node came back naming its broker leader at an epoch
+    above the newest one any node had named by then: an election of the node with what its disk
+    kept (one made while it was down, before its restart fenced it, never served its short log)."""
+    newest = max((v.epoch for v in views if v.time_ns <= loss.restarted_ns), default=-1)
+    return next((v for v in views if v.time_ns > loss.restarted_ns and v.leader == broker_id and v.epoch > newest),
+                None)
 
 
 def explain(rows: list[dict]) -> None:
-    """Keep as allowed the lost-write/unseen rows whose every value a power loss explains, and the
+    """Keep as allowed the lost-value rows (LOST_KINDS) whose every value a power loss explains, and the
     violations that follow from those values' offsets being handed out again: a row naming such a
     value, or (for the kinds that name offsets of a reused range) an offset at or below the highest
     offset a power-loss-window value had."""
@@ -172,7 +195,7 @@ def explain(rows: list[dict]) -> None:
         where = (r["topic"], r["partition"])
         values = [(r["topic"], r["partition"], v) for v in r["values"] or ()]
         in_reused = any(o is not None and o <= reused_max.get(where, -1) for o in r["offsets"] or ())
-        if r["anomaly"] in ("lost-write", "unseen") and values and all(v in window for v in values):
+        if r["anomaly"] in LOST_KINDS and values and all(v in window for v in values):
             r["violation"] = False
             r["detail"] = f"lost with its last in-sync replica's power (power-loss-window): {r['detail']}"
         elif ((r["anomaly"] in REUSE_CONSEQUENCES and (any(v in window for v in values) or in_reused))
