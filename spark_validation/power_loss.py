@@ -19,7 +19,8 @@ the final reads found another, is judged against the power losses:
   heal restarted that node a leader-epoch observation (faults/epochs.py) names its broker leader
   of the partition at a newer epoch than the newest known at the restart (an election made while
   it was down never served its short log: its restart fences it first). The row names the send
-  (or the first read), the power loss and the election.
+  (or the first read) and every such power loss and election (which one the other replicas
+  truncated to only the ISR tells: the reference's metadata log has it).
 Any other loss stays what durability.py found (lost-write, unseen: DUR-1 violations).
 
 The ISR is not visible from outside, so the judgement is lenient in one way: a broker that
@@ -127,18 +128,21 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
                       if loss.time_ns > since_ns and loss.dropped.get(where) and loss.node_index in broker_of
                       for election in [_elected_after(views.get(where, []), loss, broker_of[loss.node_index])]
                       if election is not None]
-        if candidates:  # the first such election is the one whose log the others truncated to
-            election, loss = min(candidates, key=lambda c: c[0].time_ns)
+        if candidates:  # which of them the others truncated to the ISR would tell; every one is named
+            candidates.sort(key=lambda c: c[0].time_ns)
+            cuts = "; ".join(
+                f"the power loss of node {loss.node_index} at {loss.time_ns / NS_PER_S:.3f} s (op {loss.op}) dropped "
+                f"{loss.dropped[where]} unflushed byte(s) of its log, and broker {election.leader} led it again at "
+                f"epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s (op {election.op})"
+                for election, loss in candidates)
             found.append(anomaly_row(
                 "power-loss-window",
                 f"value {value} of {topic}-{partition} at offset {offset}, {how} at {since_ns / NS_PER_S:.3f} s "
-                f"(op {op}); the power loss of node {loss.node_index} at {loss.time_ns / NS_PER_S:.3f} s "
-                f"(op {loss.op}) dropped {loss.dropped[where]} unflushed byte(s) of its log, and broker "
-                f"{election.leader} led it "
-                f"again at epoch {election.epoch} from {election.time_ns / NS_PER_S:.3f} s (op {election.op}): a "
-                f"replica back without its unflushed writes led it, as Kafka re-elects its last in-sync replica",
+                f"(op {op}); {cuts}: a replica back without its unflushed writes led it, as Kafka re-elects its last "
+                f"in-sync replica",
                 violation=False, topic=topic, partition=partition, process=process,
-                ops=[op, loss.op, election.op], values=[value], offsets=[offset]))
+                ops=[op, *(o for election, loss in candidates for o in (loss.op, election.op))],
+                values=[value], offsets=[offset]))
     return found
 
 
