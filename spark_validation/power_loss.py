@@ -107,7 +107,7 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
             gone[key] = (r["time_ns"], r["index"], r["process"], "read")
     if options.compacted:  # the cleaner removes a value once a later one of its key exists: RET-1 judges those
         newest: dict[tuple, int] = {}
-        for r in polls:
+        for r in kept_polls:  # superseded in what the run kept, not by a value lost too
             key = (r["topic"], r["partition"], r["value"] % retention.COMPACTION_KEYS)
             newest[key] = max(newest.get(key, -1), r["offset"])
         gone = {k: v for k, v in gone.items()
