@@ -88,10 +88,23 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     read = {(r["topic"], r["partition"], r["value"]) for r in kept_polls}
     kept = {(r["topic"], r["partition"], r["offset"]): r["value"] for r in kept_polls}
 
+    # each offset's value seen last (acknowledged or read): where the final reads did not read an
+    # offset (a compacted log), the later value there tells that it was handed out again
+    last_seen: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for r in rows:
+        if r["mop_f"] in ("send", "poll") and r["type"] == "ok" and r["offset"] is not None and r["topic"] is not None:
+            where = (r["topic"], r["partition"], r["offset"])
+            if r["time_ns"] >= last_seen.get(where, (-1, None))[0]:
+                last_seen[where] = (r["time_ns"], r["value"])
+
     def reused(topic: str, partition: int, offset: int | None, value: int) -> bool:
-        """With final reads: they found another value at this offset (a copy the producer sent again
-        elsewhere does not bring back the offset that was handed out again)."""
-        return bool(final) and offset is not None and kept.get((topic, partition, offset), value) != value
+        """With final reads: another value is at this offset in them, or, where they did not read it,
+        was seen there last (a copy the producer sent again elsewhere does not bring back the offset
+        that was handed out again)."""
+        if not final or offset is None:
+            return False
+        where = (topic, partition, offset)
+        return (kept[where] if where in kept else last_seen[where][1]) != value
 
     # (topic, partition, value, offset) -> (since when it was stored, op, process, how it is known)
     gone: dict[tuple, tuple[int, int, int, str]] = {}
@@ -110,8 +123,9 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
         for r in kept_polls:  # superseded in what the run kept, not by a value lost too
             key = (r["topic"], r["partition"], r["value"] % retention.COMPACTION_KEYS)
             newest[key] = max(newest.get(key, -1), r["offset"])
-        gone = {k: v for k, v in gone.items()
-                if k[3] is None or newest.get((k[0], k[1], k[2] % retention.COMPACTION_KEYS), -1) <= k[3]}
+        gone = {k: v for k, v in gone.items()  # (an offset that holds another value is never the cleaner's doing)
+                if k[3] is None or reused(*k[:2], k[3], k[2])
+                or newest.get((k[0], k[1], k[2] % retention.COMPACTION_KEYS), -1) <= k[3]}
     if not gone:
         return []
     observations = [r for r in rows if r["f"] == LEADER_EPOCHS and r["type"] == "ok" and r["seq"] == 0]
