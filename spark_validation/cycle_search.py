@@ -215,6 +215,7 @@ def _search_chunks(edge_blobs: DataFrame, ops: DataFrame, ends: np.ndarray, opti
                     if edges:
                         yield _cycle_batch(edges, ops, options)
                     chunk, edges, ops = c, [], []
+                    release_memory()  # one chunk's graph at a time: the last one's pages go back before the next
                 (edges if is_edges else ops).append(payload)
         if edges:
             yield _cycle_batch(edges, ops, options)
