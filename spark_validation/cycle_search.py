@@ -10,10 +10,12 @@ on each side is the whole history's restricted to it (an op that completes betwe
 completes between them).
 
 1. The ops pass reads every client op's completion (index, type, invocation and completion
-   times) once, as compressed blobs per row group, with the row group's completion times
-   chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts) and whether every invocation
-   came at or before its completion
-   (a history where one did not is searched whole, in one task).
+   times) once, as compressed blobs per row group, with a sample of the row group's completion
+   times (one every chunk_ops / CUT_SAMPLES ops) and whether every invocation came at or before
+   its completion (a history where one did not is searched whole, in one task). The driver
+   merges the samples and takes every CUT_SAMPLES-th as a candidate cut: about one per
+   chunk_ops ops of the whole history, however small its row groups (a Jepsen import's parts
+   hold about 50,000 ops each).
 2. The window pass: from each candidate, a window of WINDOW_BINS bins of about the mean time
    between completions; each edge task counts the backward edges over each bin (difference
    arrays), the driver sums them and cuts each window in its first bin no backward edge touches.
@@ -23,7 +25,7 @@ completes between them).
    the order a search of the whole graph reports them: the first CYCLE_ROWS_MAX rows and the
    count of all by anomaly (a long history of overlapping transactions has millions).
 
-The driver holds the candidates (one per chunk_ops ops), one window per candidate and the rows it reports.
+The driver holds the samples (CUT_SAMPLES per chunk_ops ops), one window per candidate and the rows it reports.
 """
 from __future__ import annotations
 
@@ -43,14 +45,16 @@ from spark_validation.frames import RowGroupReader, read_ipc, release_memory, ro
 from spark_validation.options import RunOptions
 from spec.history import CLIENT_FS
 
-CHUNK_OPS = 1 << 19          # ops per chunk, about: candidate cuts CHUNK_OPS / 2, 3 CHUNK_OPS / 2, ... into a row group
+CHUNK_OPS = 1 << 19          # ops per chunk, about: a candidate cut every CHUNK_OPS ops of the history
+CUT_SAMPLES = 16             # completion times sampled per chunk_ops ops; every CUT_SAMPLES-th merged one is a candidate
+SAMPLE_PHASE = 0x9E3779B1    # spreads the first sample of each row group (golden ratio), so that small ones add up
 WINDOW_BINS = 1 << 12        # bins searched for a free cut past each candidate
 CYCLE_ROWS_MAX = 10_000      # cycle rows reported; the rest are counted
 SEARCH_PARTITIONS_MAX = 64   # tasks of the chunk search (each takes its chunks one at a time)
 OP_COLUMNS = ["index", "type", "invoke_time_ns", "time_ns"]
 OPS_SCHEMA = pa.schema([("ops", pa.int64()), ("first_ns", pa.int64()), ("last_ns", pa.int64()),
-                        ("invoked_first", pa.bool_()), ("candidates", pa.list_(pa.int64())), ("payload", pa.binary())])
-OPS_DDL = "ops long, first_ns long, last_ns long, invoked_first boolean, candidates array<long>, payload binary"
+                        ("invoked_first", pa.bool_()), ("samples", pa.list_(pa.int64())), ("payload", pa.binary())])
+OPS_DDL = "ops long, first_ns long, last_ns long, invoked_first boolean, samples array<long>, payload binary"
 WINDOW_DDL = "window int, diff binary"
 CHUNK_SCHEMA = pa.schema([("chunk", pa.int32()), ("edges", pa.bool_()), ("payload", pa.binary())])
 CHUNK_DDL = "chunk int, edges boolean, payload binary"
@@ -126,10 +130,11 @@ def search(spark: SparkSession, edge_blobs: DataFrame, parquet_path: Path, optio
 
 
 def op_blobs(spark: SparkSession, parquet_path: Path, chunk_ops: int) -> DataFrame:
-    """Per row group: its ops as one blob, their count, first and last completion, its completion
-    times chunk_ops / 2, 3 chunk_ops / 2, ... into it (candidate cuts), and whether each was invoked before it completed."""
+    """Per row group: its ops as one blob, their count, first and last completion, a sample of its
+    completion times (one every chunk_ops / CUT_SAMPLES ops), and whether each was invoked before it completed."""
     groups = row_groups(parquet_path)
     tasks = spark.range(0, len(groups), numPartitions=max(min(len(groups), SEARCH_PARTITIONS_MAX), 1))
+    step = max(chunk_ops // CUT_SAMPLES, 1)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         history = RowGroupReader(["type", "f"])
@@ -140,7 +145,8 @@ def op_blobs(spark: SparkSession, parquet_path: Path, chunk_ops: int) -> DataFra
                 yield pa.RecordBatch.from_pylist([{
                     "ops": ops.num_rows, "first_ns": int(complete_ns[0]) if len(complete_ns) else None,
                     "last_ns": int(complete_ns[-1]) if len(complete_ns) else None, "invoked_first": invoked_first(ops),
-                    "candidates": complete_ns[chunk_ops // 2::chunk_ops].tolist(), "payload": to_ipc(ops)}], schema=OPS_SCHEMA)
+                    "samples": complete_ns[(group * SAMPLE_PHASE) % step::step].tolist(), "payload": to_ipc(ops)}],
+                    schema=OPS_SCHEMA)
 
     return tasks.mapInArrow(read, OPS_DDL).persist(StorageLevel.DISK_ONLY)
 
@@ -150,7 +156,8 @@ def chunk_ends_of(edge_blobs: DataFrame, ops: DataFrame) -> np.ndarray:
     none, one chunk, for a history where an op completed before it was invoked."""
     summary = ops.drop("payload").toArrow().to_pylist()
     parts = [r for r in summary if r["ops"]]
-    starts = np.unique(np.array([c for r in parts for c in r["candidates"]], np.int64))
+    samples = np.sort(np.array([c for r in parts for c in r["samples"]], np.int64))
+    starts = np.unique(samples[CUT_SAMPLES // 2::CUT_SAMPLES])  # about chunk_ops / 2, 3 chunk_ops / 2, ... into the history
     if not parts or not all(r["invoked_first"] for r in parts) or len(starts) == 0:
         return np.zeros(0, np.int64)
     span_ns = max(r["last_ns"] for r in parts) - min(r["first_ns"] for r in parts)
@@ -208,6 +215,7 @@ def _search_chunks(edge_blobs: DataFrame, ops: DataFrame, ends: np.ndarray, opti
                     if edges:
                         yield _cycle_batch(edges, ops, options)
                     chunk, edges, ops = c, [], []
+                    release_memory()  # one chunk's graph at a time: the last one's pages go back before the next
                 (edges if is_edges else ops).append(payload)
         if edges:
             yield _cycle_batch(edges, ops, options)

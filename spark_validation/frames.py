@@ -115,7 +115,8 @@ def read_ipc(payload: bytes) -> pa.Table:
 def release_memory() -> None:
     """Return what a task freed to the system: Python workers are reused (session.py), and one
     that waits for its next task should not hold the last one's partitions while the driver
-    runs the cycle search. Arrow's pool keeps freed pages until asked; so does glibc's malloc
+    runs the cycle search; nor should the check pass hold one topic-partition's freed pages
+    while it reads the next. Arrow's pool keeps freed pages until asked; so does glibc's malloc
     for the task's Python objects (the blobs' bytes), in the middle of its heap, until malloc_trim."""
     pa.default_memory_pool().release_unused()
     if _MALLOC_TRIM is not None:
@@ -228,7 +229,9 @@ class HistoryFrames:
                     table = check(p)
                     results.append((name, time.perf_counter() - started, to_ipc(table)))
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
-            release_memory()
+                # one partition's log at a time: dropped before the next is read, its pages given back
+                del p, mops, polls, results
+                release_memory()
 
         return self.blobs.mapInArrow(check_partitions, RESULT_DDL).persist(StorageLevel.DISK_ONLY)
 
@@ -311,7 +314,8 @@ def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, p
         for kind, topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
                                                                 ("kind", "topic", "partition", "row_group", "payload"))):
             blobs.setdefault((topic, partition), {MOPS: [], POLLS: []})[kind].append((row_group, payload))
-    for (topic, partition), kinds in sorted(blobs.items()):
+    for topic, partition in sorted(blobs):
+        kinds = blobs.pop((topic, partition))  # a partition's blobs are dropped once it is read
         if kinds[MOPS]:
             polls = [read_ipc(payload) for _, payload in sorted(kinds[POLLS])] or [POLL_SCHEMA.empty_table()]
             yield (topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(kinds[MOPS])]),

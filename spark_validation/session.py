@@ -30,7 +30,10 @@ DEFAULT_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = 4
 DRIVER_MEMORY = "2g"  # the JVM holds only compressed blobs and results; the data lives in Python workers
 MAX_RESULT_SIZE = "1g"
-ARROW_BATCH_ROWS = 1 << 16
+# rows of an Arrow batch into a Python task: the checker's rows are blobs (a row group's mops of one
+# topic-partition, a chunk's edges), so a few dozen make megabytes; with 65,536 a task's whole input
+# was one batch, held by the JVM and the worker at once beside its decoded copy
+ARROW_BATCH_ROWS = 64
 CONNECT_PORT = 15002  # Spark Connect's default port
 CONNECT_TIMEOUT_S = 10.0  # the client itself retries an unreachable server for minutes
 # The driver JVM (and, on local[*], the executors in it) moves Arrow batches and shuffle blocks: little

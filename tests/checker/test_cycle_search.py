@@ -4,6 +4,7 @@ cycles found are the ones a search of the whole graph finds, in the same order."
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from spark_validation import cycle_search, cycles
 from spark_validation.checker import EDGES
@@ -14,6 +15,7 @@ from spec.history import ops_table, write_history
 from . import synth
 
 CHUNK_OPS_SMALL = 2000  # several chunks in a history of a few thousand ops
+ROWS_PER_SMALL_GROUP = 1000  # row groups of about 120 ops, far fewer than half a chunk
 
 
 def test_a_backward_edge_covers_the_bins_it_spans_and_the_chunk_ends_in_the_first_free_one():
@@ -48,4 +50,28 @@ def test_the_driver_gets_chunk_ends_and_each_chunk_finds_the_cycles_of_the_whole
     assert sorted(r["anomaly"] for r in chunked) == sorted(e.anomaly for e in b.expected if e.topic is None)
     completed_ns = {op.index: op.time_ns for op in b.ops}
     assert min(completed_ns[i] for r in chunked for i in r["ops"]) > ends[0]
+    assert chunked == whole and counted == whole_counted
+
+
+def test_row_groups_smaller_than_a_chunk_still_give_cuts_and_the_same_cycles(spark, tmp_path):
+    # a Jepsen import writes parts of about 50,000 ops, a tenth of a chunk: their samples add up to
+    # candidate cuts over the whole history, where cuts taken inside each row group found none
+    b = synth.Builder()
+    synth.clean_workload(b, ops=4000)
+    synth.scenarios(b)
+    b.final_polls()
+    path = tmp_path / "history.parquet"
+    pq.write_table(ops_table(b.ops), path, row_group_size=ROWS_PER_SMALL_GROUP)
+    assert pq.ParquetFile(path).num_row_groups > 4
+    h = HistoryFrames(spark, str(path), 4)
+    results = h.per_partition({EDGES: cycles.dependency_edges}, h.proven_ops())
+    edges = results.where(results.check == EDGES)
+    ops = op_blobs(spark, path, CHUNK_OPS_SMALL)
+    ends = chunk_ends_of(edges, ops)
+    ops.unpersist()
+    chunked, counted = cycle_search.search(spark, edges, path, RunOptions(), CHUNK_OPS_SMALL)
+    whole, whole_counted = cycle_search.search(spark, edges, path, RunOptions(), len(b.ops) * 4)
+    h.unpersist()
+    results.unpersist()
+    assert len(ends) > 1
     assert chunked == whole and counted == whole_counted
