@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import logging
 import os
 import random
+import signal
 import time
 import tomllib
 from collections import deque
@@ -45,6 +47,7 @@ TICK_S = 0.2
 RATE_WINDOW_S = 2.0
 TIMELINE_FILE = "nemesis.jsonl"
 CLIENTS_LOG_FILE = "clients.log"
+THREADS_FILE = "threads-at-sigterm.txt"  # every thread's stack, when a run is ended from outside
 RUN_FILE = "run.json"          # the checker's options (spark_validation/options.py)
 RESULTS_FILE = "results.json"  # what happened in the run
 
@@ -148,6 +151,7 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
     state_path = net.STATE_DIR / f"ksf{os.getpid() % 100000}.json"
     with contextlib.ExitStack() as cleanup:
         _log_clients_to(out_dir / CLIENTS_LOG_FILE, cleanup)
+        _threads_on_sigterm(out_dir / THREADS_FILE, cleanup)
         network, toxiproxy = None, None
         if mode == "netns":
             network = net.Network(f"ksf{os.getpid() % 100000}", options.nodes)
@@ -308,6 +312,20 @@ def _log_clients_to(path: Path, cleanup: contextlib.ExitStack) -> None:
     CLIENT_LOGGER.propagate = False
     cleanup.callback(CLIENT_LOGGER.removeHandler, handler)
     cleanup.callback(handler.close)
+
+
+def _threads_on_sigterm(path: Path, cleanup: contextlib.ExitStack) -> None:
+    """A run ended from outside (a demo's time limit, a CI job's) leaves every thread's stack in
+    the run folder, so that whatever it was waiting on can be named afterwards. The dump is made
+    by the interpreter's C signal handler, so it is written even while the main thread is blocked
+    in a client library's call; the SIGTERM handler that unwinds the run still runs after it."""
+    if not hasattr(signal, "SIGTERM") or signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        return  # not under `kspec faults run` (which unwinds on SIGTERM): leave the process's handlers alone
+    stacks = path.open("w")
+    faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
+    cleanup.callback(stacks.close)
+    cleanup.callback(faulthandler.unregister, signal.SIGTERM)
+    cleanup.callback(lambda: path.stat().st_size == 0 and path.unlink())  # nothing dumped: no file
 
 
 def _toxiproxy(cleanup: contextlib.ExitStack) -> ToxiproxyClient:

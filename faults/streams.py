@@ -83,7 +83,7 @@ class StreamsWorkload(Workload):
         super().create_topics()
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER})
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while True:
             future = admin.create_topics([NewTopic(OUTPUT_TOPIC, 2, self.options.replication_factor)],

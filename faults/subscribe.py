@@ -36,7 +36,7 @@ import threading
 import time
 
 from faults.recorder import Recorder
-from faults.workload import ADMIN_TIMEOUT_S, Client, Sender, Workload, WorkloadOptions
+from faults.workload import ADMIN_TIMEOUT_S, CLIENT_LOGGER, Client, Sender, Workload, WorkloadOptions
 
 GROUP_ID = "kspec-faults-subscribe"
 COMMIT_P = 0.1                 # of a member's ops: a commit of its positions
@@ -203,7 +203,7 @@ class SubscribeWorkload(Workload):
     def _wait_offsets_topic_in_sync(self, deadline_s: float) -> None:
         from confluent_kafka import KafkaException, TopicCollection
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER, **self.options.client_properties})
         while time.monotonic() < deadline_s:
             try:
                 described = admin.describe_topics(TopicCollection([OFFSETS_TOPIC]), request_timeout=5)
@@ -269,7 +269,7 @@ class SubscribeWorkload(Workload):
         """OffsetFetch of the group's committed offsets, by a fresh process, retried until answered."""
         from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER, **self.options.client_properties})
         invocation = self.recorder.invoke(process, "offset-fetch", extra={"group": GROUP_ID})
         deadline_s = time.monotonic() + ADMIN_TIMEOUT_S
         while True:

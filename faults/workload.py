@@ -549,7 +549,7 @@ class Workload:
         """Two partitions per topic, created through the admin API; retried until the cluster answers."""
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER, **self.options.client_properties})
         pending = set(self.options.topics)
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while pending:
