@@ -260,22 +260,26 @@ class SideLanes:
         for side in self.lanes:
             side.workload.stop_invoking()
 
-    def stop_transactional(self) -> None:
+    def stop_transactional(self, steps) -> None:
         """Transactional lanes end against the faults, before the final heal (see faults/run.py)."""
-        self._each(lambda side: side.workload.stop(), [s for s in self.lanes if s.lane.workload.txn])
+        self._each(_marked(steps, "stops", lambda side: side.workload.stop()),
+                   [s for s in self.lanes if s.lane.workload.txn])
 
-    def stop(self) -> None:
+    def stop(self, steps) -> None:
         """The other lanes, after the final heal: their sends in flight complete, a streams application catches up."""
-        self._each(lambda side: side.workload.stop(), [s for s in self.lanes if not s.lane.workload.txn])
+        self._each(_marked(steps, "stops", lambda side: side.workload.stop()),
+                   [s for s in self.lanes if not s.lane.workload.txn])
 
     def close(self) -> None:
         for side in self.lanes:
             side.workload.close()
 
-    def finish_in_background(self, final_read_timeout_s: float, data_dirs: dict | None) -> Future:
-        """Every lane's final reads, audit and history, beside the main lane's: wait with .result()."""
+    def finish_in_background(self, final_read_timeout_s: float, data_dirs: dict | None, steps) -> Future:
+        """Every lane's final reads, audit and history, beside the main lane's: wait with .result().
+        steps(name) marks each lane's finish in the run's steps.jsonl (faults/run.py)."""
         executor = ThreadPoolExecutor(1, thread_name_prefix="lanes-finish")
-        future = executor.submit(self._each, lambda side: side.finish(final_read_timeout_s, data_dirs))
+        future = executor.submit(self._each, _marked(steps, "finishes",
+                                                     lambda side: side.finish(final_read_timeout_s, data_dirs)))
         executor.shutdown(wait=False)  # its one thread ends once the lanes are finished
         return future
 
@@ -323,6 +327,14 @@ class SideLanes:
             thread.join()
         if errors:
             raise errors[0]
+
+
+def _marked(steps, what: str, action):
+    """action on a lane, as the step "lane <name> <what>" of the run's steps.jsonl (faults/run.py)."""
+    def marked(side: _SideLane) -> None:
+        with steps(f"lane {side.lane.name} {what}"):
+            action(side)
+    return marked
 
 
 def _keys(workload: WorkloadOptions) -> list[int]:
