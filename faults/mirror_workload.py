@@ -30,7 +30,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mirror.clients import ConnectionLog, build, partition_count, read_to_end
+from mirror.clients import ConnectionLog, build, close_within, partition_count, read_to_end
 from mirror.config import load
 from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, PROGRESS_FILE, record
 from mirror.records import Checkpoint, decode_progress
@@ -325,10 +325,7 @@ class MirrorWorkload:
                                              "partition": p, "offset": o, "value": None, "error": e.args[0].str()}
                                             for p, o in sorted(positions.items())]
         finally:
-            # close() too can wait for minutes after faults: bounded, as the run's other clients' (faults/workload.py)
-            closing = threading.Thread(target=consumer.close, name="mirror-group-close", daemon=True)
-            closing.start()
-            closing.join(GROUP_CLOSE_TIMEOUT_S)
+            close_within(consumer, GROUP_CLOSE_TIMEOUT_S)  # close() too can wait for minutes after faults
 
     def _copied(self, config) -> bool:
         """The mirror's committed progress (in the target) covers every acked send: the copies of
