@@ -235,8 +235,9 @@ class ClusterProcess:
         return metadata.topics[topic].partitions[partition].leader
 
     def controller_id(self) -> int:
-        """Metadata's ControllerId: the active controller in combined mode; with separate
-        controllers, a live broker, which forwards admin requests to the active controller."""
+        """Metadata's ControllerId: in combined mode the active controller, between elections;
+        during one, or with separate controllers, a live broker, which forwards admin requests
+        to the active controller (KIP-590)."""
         metadata = self.metadata()
         return -1 if metadata is None else metadata.controller_id
 

@@ -128,16 +128,20 @@ class ClusterBroker(BrokerBase):
 
     @property
     def controller_id(self) -> int:
-        """The ControllerId clients see in Metadata and DescribeCluster. In combined mode, the
-        active controller. With separate controllers clients cannot reach a controller, so, as
-        Kafka's KRaft brokers do, a live broker (this one, once live), which forwards the admin
-        requests clients send it (KIP-590)."""
-        if self.config.is_controller:
-            return self.active_controller_id
-        live = self.controller.unfenced_broker_ids
-        if self.broker_epoch >= 0 and self.config.node_id in live:
-            return self.config.node_id
-        return live[0] if live else NO_LEADER
+        """The ControllerId clients see in Metadata and DescribeCluster: a broker listed in the
+        same answer, which forwards the admin requests a client sends it to the active controller
+        (KIP-590). Kafka's KRaft brokers name a random live broker (KRaftMetadataCache), never a
+        Raft leader as such, and -1 only while no broker is live: librdkafka, told -1 (a quorum
+        between leaders) or an id the answer gives no address for, asks again only when one of
+        its connections changes state, so its admin requests would wait out their whole timeout
+        after an election that took a second. kspec names the active controller while it is a
+        listed broker (combined mode, between elections), else this broker once listed, else the
+        lowest listed one."""
+        listed = [node_id for node_id, _, _, fenced in self.metadata_brokers() if not fenced]
+        for candidate in (self.active_controller_id, self.config.node_id):
+            if candidate in listed:
+                return candidate
+        return listed[0] if listed else NO_LEADER
 
     @property
     def is_active_controller(self) -> bool:

@@ -34,7 +34,10 @@ from reference.security.session import Session
 from reference.server.peers import PEER_ERRORS
 from reference.server.quorum_controller import client_host_address, write_principal
 
-FORWARD_WAIT_S = 5.0  # how long a forwarded admin request waits for an active controller
+# How long a forwarded admin request waits for an active controller: Kafka's forwarding channel
+# retries for 60 s (BrokerServer, retryTimeoutMs). Metadata names a live broker as ControllerId
+# during an election too, so admin requests arrive here while the quorum has no leader.
+FORWARD_WAIT_S = 60.0
 FORWARD_RETRY_S = 0.1
 ENVELOPE_VERSION = 0
 ALTER_PARTITION_VERSION = 2  # topic ids; v3 adds the ISR members' broker epochs (KIP-903)

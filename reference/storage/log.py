@@ -327,6 +327,10 @@ class Log:
         Returns the number of segments deleted."""
         count = segments_past_retention(self.segments, self.config, now_ms, high_watermark)
         self._delete_segments(count)
+        if count:
+            log.info("%s: %d segment(s) deleted past retention.ms=%d or retention.bytes=%d; log start offset %d",
+                     self.dir_path, count, self.config.retention_ms, self.config.retention_bytes,
+                     self._log_start_offset)
         return count
 
     def _delete_segments(self, count: int) -> None:

@@ -14,12 +14,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conformance.wire import WireClient
 from reference.process import FAST_FAILOVER, ClusterProcess
 from reference.protocol.api_keys import ApiKey
+from tests import log_tails
 
 WAIT_S = 60.0  # a bound for a loaded 2-core machine; conditions usually hold within seconds
 _topic_numbers = itertools.count()
-
-
-LOG_LINES_ON_FAILURE = 60
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -27,22 +25,7 @@ def pytest_runtest_makereport(item, call):
     """A failed test's report ends with the last lines of each node's log (fences, elections,
     errors): on a CI machine the clusters' directories are gone once the run ends."""
     outcome = yield
-    report = outcome.get_result()
-    if report.when != "call" or not report.failed:
-        return
-    clusters = [value for value in item.funcargs.values() if isinstance(value, ClusterProcess)]
-    clusters += [cluster for value in item.funcargs.values() for cluster in getattr(value, "started", [])]
-    for cluster in clusters:
-        for node_id, node in cluster.nodes.items():
-            report.sections.append((f"node {node_id}: {node.stderr_path}", _last_lines(node.stderr_path)))
-
-
-def _last_lines(path: str) -> str:
-    try:
-        with open(path, errors="replace") as log:
-            return "".join(log.readlines()[-LOG_LINES_ON_FAILURE:])
-    except OSError as error:
-        return f"(no log: {error})"
+    log_tails.attach(item, outcome.get_result())
 
 
 @pytest.fixture

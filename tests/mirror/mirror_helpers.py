@@ -11,6 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 DEADLINE_S = 60.0  # generous: the machine is shared
+MIRROR_LOG_CHARS = 6000  # the end of the mirror's log in a failure's message
 SINGLE_NODE = {  # what connect-mirror-maker.properties sets for single-broker clusters
     "replication.factor": "1",
     "checkpoints.topic.replication.factor": "1",
@@ -102,8 +103,10 @@ def topic_exists(bootstrap: str, topic: str) -> bool:
     return topic in metadata.topics and metadata.topics[topic].error is None
 
 
-def wait_for(condition, what: str, deadline_s: float = DEADLINE_S, mirror: MirrorProcess | None = None):
-    """Poll `condition` until it returns something truthy; fail naming `what` (and the mirror's log)."""
+def wait_for(condition, what: str, deadline_s: float = DEADLINE_S, mirror: MirrorProcess | None = None,
+             explain=None):
+    """Poll `condition` until it returns something truthy; fail naming `what`, with what
+    `explain()` says of the state reached, and the mirror's log."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
         value = condition()
@@ -111,10 +114,26 @@ def wait_for(condition, what: str, deadline_s: float = DEADLINE_S, mirror: Mirro
             return value
         if mirror is not None and mirror.process.poll() is not None:
             raise AssertionError(f"the mirror exited ({mirror.process.returncode}) while waiting for {what}:\n"
-                                 + mirror.log()[-3000:])
+                                 + mirror.log()[-MIRROR_LOG_CHARS:])
         time.sleep(0.3)
     raise AssertionError(f"timed out after {deadline_s} s waiting for {what}"
-                         + (f"; mirror log:\n{mirror.log()[-3000:]}" if mirror else ""))
+                         + (f"; {explain()}" if explain else "")
+                         + (f"; mirror log:\n{mirror.log()[-MIRROR_LOG_CHARS:]}" if mirror else ""))
+
+
+def copies_compared(source: str, target: str, topic: str, remote: str) -> str:
+    """Each partition's records in the source topic and the remote one, and the values missing
+    from or repeated in the copy: what a test waiting for the copies to be complete reached."""
+    originals, copies = read_topic(source, topic), read_topic(target, remote)
+    lines = []
+    for partition in sorted({m.partition() for m in originals + copies}):
+        want = [m.value() for m in originals if m.partition() == partition]
+        have = [m.value() for m in copies if m.partition() == partition]
+        missing = [v for v in want if v not in have]
+        repeated = sorted({v for v in have if have.count(v) > 1})
+        lines.append(f"{topic}-{partition}: {len(want)} in the source, {len(have)} copied; "
+                     f"missing {missing[:20]}, repeated {repeated[:20]}")
+    return "\n".join(lines)
 
 
 def kspec(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:

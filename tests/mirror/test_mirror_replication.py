@@ -3,6 +3,8 @@ confluent-kafka: records, remote topics, new partitions and topics, heartbeats, 
 checkpoints, group offsets that let a group move over, and `kspec mirror status`."""
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic,
@@ -10,18 +12,30 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from mirror.records import Checkpoint, Heartbeat, OffsetSync
 
-from mirror_helpers import MirrorProcess, kspec, read_topic, topic_exists, wait_for, write_properties
+from mirror_helpers import MirrorProcess, copies_compared, kspec, read_topic, topic_exists, wait_for, write_properties
 
 RECORDS = 200
-BASE_TIMESTAMP_MS = 1_700_000_000_000
+# An hour ago: well inside the topics' retention.ms (a day, then 12 h). Timestamps older than
+# retention.ms would have each append roll a segment (segment.ms counts from a segment's first
+# timestamp) and the broker's next retention check (every 5 min) delete all but the last of them,
+# on the source and on the target, whenever that check fell within the test.
+BASE_TIMESTAMP_MS = int(time.time() * 1000) - 3_600_000
 
 
 def produce(bootstrap: str, topic: str, numbers: range, partitions: int) -> None:
+    """Every record acknowledged (flush counts only what is still queued: a refused record is not one)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    refused = []
+
+    def delivered(error, message) -> None:
+        if error is not None:
+            refused.append((message.partition(), message.value(), error))
+
     for i in numbers:
         producer.produce(topic, f"value-{i}", f"key-{i}", partition=i % partitions,
-                         headers=[("n", str(i).encode()), ("kind", b"test")], timestamp=BASE_TIMESTAMP_MS + i)
-    assert producer.flush(30) == 0
+                         headers=[("n", str(i).encode()), ("kind", b"test")], timestamp=BASE_TIMESTAMP_MS + i,
+                         on_delivery=delivered)
+    assert producer.flush(30) == 0 and refused == []
 
 
 def create(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
@@ -40,7 +54,8 @@ def test_records_reach_the_remote_topic_in_order_with_keys_headers_and_timestamp
         "sync.topic.configs.interval.seconds": "1"})
     with MirrorProcess(properties) as mirror:
         wait_for(lambda: topic_exists(target, "east.orders")
-                 and len(read_topic(target, "east.orders")) == RECORDS, "200 records in east.orders", mirror=mirror)
+                 and len(read_topic(target, "east.orders")) == RECORDS, "200 records in east.orders", mirror=mirror,
+                 explain=lambda: copies_compared(source, target, "orders", "east.orders"))
         # New partitions and new topics are followed at the next refresh.
         admin = AdminClient({"bootstrap.servers": source})
         admin.create_partitions([NewPartitions("orders", 3)])["orders"].result()
@@ -58,7 +73,7 @@ def test_records_reach_the_remote_topic_in_order_with_keys_headers_and_timestamp
         wait_for(lambda: target_admin.describe_configs([remote])[remote].result()["retention.ms"].value == "43200000",
                  "retention.ms synced to east.orders", mirror=mirror)
         wait_for(lambda: len(read_topic(target, "east.orders")) == RECORDS + 30, "records of the new partition",
-                 mirror=mirror)
+                 mirror=mirror, explain=lambda: copies_compared(source, target, "orders", "east.orders"))
         wait_for(lambda: topic_exists(target, "east.invoices-1") and len(read_topic(target, "east.invoices-1")) == 5,
                  "the new topic east.invoices-1", mirror=mirror)
         wait_for(lambda: any(Heartbeat.decode(m.key(), m.value())[:2] == ("east", "west")

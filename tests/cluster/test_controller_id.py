@@ -1,0 +1,51 @@
+"""Metadata's ControllerId names a live broker, also while the controller quorum has no leader
+(KIP-590: a broker forwards the admin requests clients send it to the active controller; Kafka's
+KRaft brokers name a random live one). librdkafka, told -1, asks again only when one of its
+connections changes state: its CreateTopics then waited out its whole timeout ("Failed while
+waiting for controller") although the quorum had a leader again a second later."""
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from conformance.wire import WireClient
+from reference.node.base import METADATA_TOPIC
+from reference.process import cluster_metadata
+from reference.protocol.api_keys import ApiKey
+
+from .conftest import WAIT_S, wait_until
+
+CREATED_AFTER_RESTART_S_MAX = 20.0  # the node's start, an election, the forwarded CreateTopics: seconds
+DESCRIBE_QUORUM_WAIT_S = 3.0  # a leader answers at once; a node without one holds it (forwarding)
+
+
+def has_no_active_controller(address: str) -> bool:
+    """DescribeQuorum goes to the active controller; a node that knows none holds it until one
+    is elected (or closes the connection once its forwarding wait is over)."""
+    try:
+        with WireClient(address, timeout_s=DESCRIBE_QUORUM_WAIT_S) as wire:
+            wire.request(ApiKey.DESCRIBE_QUORUM, 1, {"topics": [
+                {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
+    except OSError:
+        return True
+    return False
+
+
+def test_a_create_topics_sent_while_the_quorum_has_no_leader_completes_once_it_has_one(start_cluster):
+    cluster = start_cluster(2)
+    controller = wait_until(lambda: max(cluster.controller_id(), 0), "an active controller")
+    follower = 3 - controller
+    cluster.kill(follower)
+    survivor = cluster.addresses[controller]
+    wait_until(lambda: has_no_active_controller(survivor), "the controller resigns: it hears from no majority")
+
+    metadata = cluster_metadata(survivor)
+    assert metadata is not None and metadata.controller_id in metadata.brokers, metadata and metadata.controller_id
+    admin = AdminClient({"bootstrap.servers": survivor})
+    # One replica: the restarted node may not be unfenced yet when the CreateTopics runs.
+    future = admin.create_topics([NewTopic("after-the-election", 1, 1)], request_timeout=WAIT_S)["after-the-election"]
+    cluster.start_node(follower)
+    restarted = time.monotonic()
+    future.result(WAIT_S)
+    assert time.monotonic() - restarted < CREATED_AFTER_RESTART_S_MAX
