@@ -59,6 +59,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from faults import stuck_reads
 from faults.recorder import Recorder
 from spec.history import Op, Poll, Record, Send, key_of, topic_partition
 
@@ -673,7 +674,8 @@ class Workload:
         The high watermarks are asked for read_uncommitted: a read_committed consumer is told the
         last stable offset instead, which stays below a transaction its killed producer left open
         until the coordinator aborts it (transaction.timeout.ms), and the records committed after
-        that would go unread. Returns whether the reads got there within timeout_s."""
+        that would go unread. Returns whether the reads got there within timeout_s; when they did not,
+        faults/stuck_reads.py records where they stuck and on what."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
         client = Client(next(self.next_process), self.bootstrap, self.options)
         watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "kspec-faults-watermarks",
@@ -700,6 +702,12 @@ class Workload:
                 positions = client.consumer.position(to_read)
                 if all(tp.offset >= high_watermarks[(tp.topic, tp.partition)] for tp in positions):
                     return True
+            # where the reads stuck, and on what (an open transaction holding the last stable offset)
+            highs = [(tp, high_watermarks[(tp.topic, tp.partition)]) for tp in client.consumer.position(to_read)]
+            stuck = [(tp.topic, tp.partition, tp.offset, high) for tp, high in highs if tp.offset < high]
+            if stuck and self.options.isolation_level == "read_committed":
+                stuck_reads.record(self.bootstrap, self.recorder, client.process, stuck, self.options.client_properties,
+                                   {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER})
             return False
         finally:
             closing = threading.Thread(target=watermarks.close, name="close-watermarks", daemon=True)

@@ -36,6 +36,9 @@ _KINDS = (
     AnomalyKind("G1a", "TXN-2", "an ok op read a value written by a failed (aborted) op"),
     AnomalyKind("precommitted-read", "TXN-2", "an op read a value it wrote itself before committing"),
     AnomalyKind("G1b", "TXN-1", "a read spanned a transaction's writes to a partition but saw only some"),
+    AnomalyKind("hanging-transaction", "TXN-1", "a transactional write no marker ended holds its partition's last "
+                "stable offset through the final reads: it neither committed nor aborted with its transaction, and "
+                "read_committed consumers read nothing after it (the committed records it hides are not lost)"),
     AnomalyKind("poll-skip", "ORD-3", "a process's next poll skipped over offsets after its last poll"),
     AnomalyKind("nonmonotonic-poll", "ORD-3", "a process's next poll started at or before its last poll"),
     AnomalyKind("int-poll-skip", "ORD-3", "within one op, consecutive reads of a partition skipped offsets"),
@@ -63,6 +66,10 @@ _KINDS = (
                                               "leadership before any follower had fetched it is lost by design "
                                               "(allowed), while a lost record whose partition kept its leader is a "
                                               "violation"),
+    AnomalyKind("power-loss-window", "DUR-1", "a record lost with the unflushed writes of a node that lost power "
+                "and then led its partition again, as its last in-sync replica: Kafka does not fsync each write and "
+                "re-elects the last ISR member whatever its disk kept (before KIP-966), so DUR-1's condition that one "
+                "ISR member survives failed (allowed)"),
     AnomalyKind("acks1-loss", "DUR-2", "an acks=1 record lost while its partition kept the leader that acknowledged it"),
     AnomalyKind("compaction-lost-latest", "RET-1", "compaction lost the latest acknowledged value of a key"),
     AnomalyKind("compaction-offset-reuse", "RET-1", "a compacted log reordered offsets or reused one for another value"),

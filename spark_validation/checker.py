@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_validation import (acks, cycle_search, cycles, durability, epoch_bumps, groups, isolation, offsets, ordering,
-                              realtime, replicas, resends, retention)
+from spark_validation import (acks, cycle_search, cycles, durability, epoch_bumps, groups, hanging, isolation, offsets,
+                              ordering, power_loss, realtime, replicas, resends, retention)
 from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
@@ -62,7 +62,8 @@ DRIVER_CHECKS = ("linearizability", "cycles", "replicas")
 # check name -> a module of driver-side checks of the few ops they read (pyarrow): check(path, options)
 # gives anomaly rows, or None when the history has nothing it checks (then its GUARANTEES stay
 # unchecked, NOT_APPLICABLE saying why); its rows name its ANOMALIES
-RUN_CHECKS = {"groups": groups, "acks": acks, "retention": retention}
+RUN_CHECKS = {"groups": groups, "acks": acks, "retention": retention, "power": power_loss,
+              "hanging": hanging}
 CHECKS = (*PARTITION_CHECKS, *DRIVER_CHECKS, *RUN_CHECKS)
 EDGES = "dependency-edges"  # the per-partition part of the cycle search
 # informational outputs, computed in every pass: name -> (per-partition job, its table's schema)
@@ -204,6 +205,8 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
         acks.explain(rows)
     if options.compacted:
         retention.explain(rows)
+    power_loss.explain(rows)
+    hanging.explain(rows)
     for r in rows:
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
     table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
