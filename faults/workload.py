@@ -525,6 +525,8 @@ def committed_offsets(bootstrap: str, group: str, partitions: list[tuple[str, in
     from confluent_kafka import Consumer, TopicPartition
 
     from mirror.clients import close_within
+    if not partitions:
+        return {}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "isolation.level": "read_committed" if require_stable else "read_uncommitted",
                          "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **properties})

@@ -175,6 +175,23 @@ def close_within(consumer: Consumer, timeout_s: float) -> None:
     closing.join(timeout_s)
 
 
+def committed_offsets(configs: dict[str, dict[str, str]], connection: ConnectionLog, group: str,
+                      partitions: list[tuple[str, int]], timeout_s: float = REQUEST_TIMEOUT_S) -> list[TopicPartition]:
+    """The group's committed offsets of these partitions (offset < 0 where it has none), by an
+    OffsetFetch from a consumer of the group that does not join it. Not the admin client's
+    list_consumer_group_offsets: librdkafka's admin client crashes the process (SIGSEGV) when that
+    answer says NOT_COORDINATOR, as a broker's does while the group's coordinator moves (it asks a
+    consumer-group handler, which an admin client lacks, to look the coordinator up again:
+    librdkafka issue 5040). KafkaException when not answered within timeout_s."""
+    if not partitions:
+        return []
+    consumer = build("consumer", configs, connection, **{"group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        close_within(consumer, CLOSE_TIMEOUT_S)
+
+
 def partition_count(admin: AdminClient, topic: str) -> int:
     """Partitions of an existing topic (0 if unknown)."""
     metadata = admin.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
