@@ -37,6 +37,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from faults.workload import CLIENT_LOGGER
+
 log = logging.getLogger("faults.connect")
 
 CONNECT_FILE, SOURCE_FILE, TOPIC_FILE, SINK_FILE = ("connect.json", "connect-source.parquet",
@@ -202,7 +204,8 @@ class ConnectPipeline:
 
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.source_path.touch()
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **dict(self.options.client_properties)})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER,
+                             **dict(self.options.client_properties)})
         topic = self.options.topic
         try:  # one partition: the sink file's order is the topic's order
             admin.create_topics([NewTopic(topic, 1, self.options.replication_factor)])[topic].result(CREATE_TIMEOUT_S)
@@ -377,7 +380,8 @@ class ConnectPipeline:
     def _read_topic(self) -> list[dict]:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, **dict(self.options.client_properties),
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER,
+                             **dict(self.options.client_properties),
                              "group.id": f"{self.cluster}-history", "enable.auto.commit": False,
                              "enable.partition.eof": True,
                              "isolation.level": "read_committed" if self.options.exactly_once else "read_uncommitted"})

@@ -60,7 +60,7 @@ from typing import Callable
 from conformance import ops, sasl
 from conformance.capabilities import discover
 from conformance.wire import ConnectionClosed, Finding, WireClient, WireTimeout, error_name
-from faults.workload import WorkloadOptions
+from faults.workload import CLIENT_LOGGER, WorkloadOptions
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode
 from spec.history import Poll, Record, Send
@@ -190,7 +190,7 @@ class AuthWorkload:
         from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic,
                                            ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                            UserScramCredentialUpsertion)
-        admin = AdminClient({"bootstrap.servers": self.target.bootstrap, **self.admin_properties})
+        admin = AdminClient({"bootstrap.servers": self.target.bootstrap, "logger": CLIENT_LOGGER, **self.admin_properties})
         deadline = time.monotonic() + SETUP_TIMEOUT_S
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, ITERATIONS)
         self._until(deadline, "the lane's SCRAM users", lambda: [f.result() for f in admin.alter_user_scram_credentials(

@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import threading
+import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,10 @@ from faults.workload import Workload, WorkloadOptions, checker_options
 LANES_WORKLOAD = "all"
 LANES_DIR = "lanes"
 LANES_FILE = "lanes.json"
+# A lane's stop (its sends in flight, a streams application catching up) takes at most about
+# send_timeout_s + 1 plus the application's catch-up and stop; one still stopping after this is
+# waiting on a client call that does not return, and is given up (SideLanes._stop).
+LANE_STOP_TIMEOUT_S = 300.0
 MAIN = "main"
 CONNECT_LANE = "connect"           # the Connect pipeline, in the main lane's folder (RUN/connect/)
 KEYS_PER_LANE = 8                  # the queue workload's default: four topics of two partitions
@@ -260,22 +267,35 @@ class SideLanes:
         for side in self.lanes:
             side.workload.stop_invoking()
 
-    def stop_transactional(self) -> None:
+    def stop_transactional(self, steps) -> None:
         """Transactional lanes end against the faults, before the final heal (see faults/run.py)."""
-        self._each(lambda side: side.workload.stop(), [s for s in self.lanes if s.lane.workload.txn])
+        self._stop([s for s in self.lanes if s.lane.workload.txn], steps)
 
-    def stop(self) -> None:
+    def stop(self, steps) -> None:
         """The other lanes, after the final heal: their sends in flight complete, a streams application catches up."""
-        self._each(lambda side: side.workload.stop(), [s for s in self.lanes if not s.lane.workload.txn])
+        self._stop([s for s in self.lanes if not s.lane.workload.txn], steps)
+
+    def _stop(self, lanes: list[_SideLane], steps) -> None:
+        """Stop lanes side by side. One still stopping after LANE_STOP_TIMEOUT_S (a client call that
+        never returns) is given up: its history goes unchecked, with where it was waiting as the
+        reason, and the run and the other lanes go on."""
+        for side, waiting_in in self._each(_marked(steps, "stops", lambda side: side.workload.stop()), lanes,
+                                           timeout_s=LANE_STOP_TIMEOUT_S):
+            self.lanes.remove(side)
+            side.abort()
+            self.skipped[side.lane.name] = (f"did not stop within {LANE_STOP_TIMEOUT_S:.0f} s, so its history "
+                                            f"is not checked; it was waiting in {waiting_in}")
 
     def close(self) -> None:
         for side in self.lanes:
             side.workload.close()
 
-    def finish_in_background(self, final_read_timeout_s: float, data_dirs: dict | None) -> Future:
-        """Every lane's final reads, audit and history, beside the main lane's: wait with .result()."""
+    def finish_in_background(self, final_read_timeout_s: float, data_dirs: dict | None, steps) -> Future:
+        """Every lane's final reads, audit and history, beside the main lane's: wait with .result().
+        steps(name) marks each lane's finish in the run's steps.jsonl (faults/run.py)."""
         executor = ThreadPoolExecutor(1, thread_name_prefix="lanes-finish")
-        future = executor.submit(self._each, lambda side: side.finish(final_read_timeout_s, data_dirs))
+        future = executor.submit(self._each, _marked(steps, "finishes",
+                                                     lambda side: side.finish(final_read_timeout_s, data_dirs)))
         executor.shutdown(wait=False)  # its one thread ends once the lanes are finished
         return future
 
@@ -305,8 +325,10 @@ class SideLanes:
         (out_dir / LANES_FILE).write_text(json.dumps({"lanes": lanes}, indent=2) + "\n")
         return lanes
 
-    def _each(self, action, lanes: list[_SideLane] | None = None) -> None:
-        """action on every lane at once (each in a thread of its own); the first error is raised."""
+    def _each(self, action, lanes: list[_SideLane] | None = None,
+              timeout_s: float | None = None) -> list[tuple[_SideLane, str]]:
+        """action on every lane at once (each in a thread of its own); the first error is raised.
+        With timeout_s: the lanes whose action still runs then, each with where its thread waits."""
         errors = []
 
         def guarded(side: _SideLane) -> None:
@@ -319,10 +341,30 @@ class SideLanes:
                    for side in (self.lanes if lanes is None else lanes)]
         for thread in threads:
             thread.start()
+        deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
         for thread in threads:
-            thread.join()
+            thread.join(None if deadline_s is None else max(0.0, deadline_s - time.monotonic()))
         if errors:
             raise errors[0]
+        sides = self.lanes if lanes is None else lanes
+        return [(side, _waiting_in(thread)) for side, thread in zip(sides, threads) if thread.is_alive()]
+
+
+def _waiting_in(thread: threading.Thread) -> str:
+    """Where a thread is now: its innermost frames, innermost first."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return "(ended)"
+    frames = traceback.extract_stack(frame)[-3:]
+    return " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+
+
+def _marked(steps, what: str, action):
+    """action on a lane, as the step "lane <name> <what>" of the run's steps.jsonl (faults/run.py)."""
+    def marked(side: _SideLane) -> None:
+        with steps(f"lane {side.lane.name} {what}"):
+            action(side)
+    return marked
 
 
 def _keys(workload: WorkloadOptions) -> list[int]:

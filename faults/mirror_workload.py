@@ -30,7 +30,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mirror.clients import ConnectionLog, build, partition_count, read_to_end
+from mirror.clients import ConnectionLog, build, close_within, partition_count, read_to_end
 from mirror.config import load
 from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, PROGRESS_FILE, record
 from mirror.records import Checkpoint, decode_progress
@@ -55,6 +55,7 @@ CHECKPOINTS_SCHEMA = pa.schema([("group", pa.string()), ("topic", pa.string()), 
 PROGRESS_SAMPLE_S = 1.0
 COPYING_TIMEOUT_S = 120.0         # wait_copying's default: a mirror starting on a loaded machine
 GROUP_COMMIT_S = 0.5
+GROUP_CLOSE_TIMEOUT_S = 10.0  # the longest the group's member is waited for to close
 GROUP_PACE = 0.7                  # the group reads at this fraction of the send rate
 CREATE_TIMEOUT_S = 60.0
 SEND_FLUSH_TIMEOUT_S = 120.0  # Kafka's delivery.timeout.ms
@@ -282,9 +283,20 @@ class MirrorWorkload:
         GROUP_COMMIT_S: the group whose checkpoints MIR-3 checks."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+        def committed(error, partitions) -> None:
+            """A commit's answer, served by a later poll(): the row that MIR-3's checkpoints are held to."""
+            now_ms = int(time.time() * 1000)
+            self.group_rows += [{"time_ms": now_ms, "kind": "commit", "topic": tp.topic, "partition": tp.partition,
+                                 "offset": tp.offset, "value": None,
+                                 "error": error.str() if error else tp.error.str() if tp.error else None}
+                                for tp in partitions]
+
+        # Commits are asynchronous, their answers recorded as they come: librdkafka's synchronous
+        # commit has no timeout, and under faults has been seen to wait for minutes, which held
+        # the run's end (stop_invoking() joins this thread) until the demo's time limit.
         consumer = Consumer({"bootstrap.servers": self.source_bootstrap, "group.id": GROUP,
                              "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                             "logger": CLIENT_LOG})
+                             "on_commit": committed, "logger": CLIENT_LOG})
         consumer.subscribe([self.options.topic])
         positions: dict[int, int] = {}
         started_s = time.monotonic()
@@ -307,14 +319,13 @@ class MirrorWorkload:
                     next_commit_s = time.monotonic() + GROUP_COMMIT_S
                     try:
                         consumer.commit(offsets=[TopicPartition(self.options.topic, p, o) for p, o in positions.items()],
-                                        asynchronous=False)
-                        error = None
-                    except KafkaException as e:
-                        error = e.args[0].str()
-                    self.group_rows += [{"time_ms": now_ms, "kind": "commit", "topic": self.options.topic, "partition": p, "offset": o, "value": None,
-                                         "error": error} for p, o in sorted(positions.items())]
+                                        asynchronous=True)
+                    except KafkaException as e:  # refused before it was sent
+                        self.group_rows += [{"time_ms": now_ms, "kind": "commit", "topic": self.options.topic,
+                                             "partition": p, "offset": o, "value": None, "error": e.args[0].str()}
+                                            for p, o in sorted(positions.items())]
         finally:
-            consumer.close()
+            close_within(consumer, GROUP_CLOSE_TIMEOUT_S)  # close() too can wait for minutes after faults
 
     def _copied(self, config) -> bool:
         """The mirror's committed progress (in the target) covers every acked send: the copies of

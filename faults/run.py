@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import logging
 import os
 import random
+import signal
+import threading
 import time
 import tomllib
 from collections import deque
@@ -45,6 +48,8 @@ TICK_S = 0.2
 RATE_WINDOW_S = 2.0
 TIMELINE_FILE = "nemesis.jsonl"
 CLIENTS_LOG_FILE = "clients.log"
+STEPS_FILE = "steps.jsonl"     # each step of the run as it begins and ends (see _Steps)
+THREADS_FILE = "threads.txt"  # every thread's stack, when a run is ended by SIGTERM or a crash
 RUN_FILE = "run.json"          # the checker's options (spark_validation/options.py)
 RESULTS_FILE = "results.json"  # what happened in the run
 
@@ -148,6 +153,8 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
     state_path = net.STATE_DIR / f"ksf{os.getpid() % 100000}.json"
     with contextlib.ExitStack() as cleanup:
         _log_clients_to(out_dir / CLIENTS_LOG_FILE, cleanup)
+        _threads_on_signals(out_dir / THREADS_FILE, cleanup)
+        steps = _Steps(out_dir / STEPS_FILE)
         network, toxiproxy = None, None
         if mode == "netns":
             network = net.Network(f"ksf{os.getpid() % 100000}", options.nodes)
@@ -171,8 +178,9 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         disks = _disks(options, len(target.nodes), out_dir, state_path.stem, cleanup)
         clocks = _clocks(options, target, state_path.stem, cleanup)
         cleanup.callback(target.stop)
-        target.start()
-        target.wait_until_serving()
+        with steps("nodes start"):
+            target.start()
+            target.wait_until_serving()
         net.record_processes(state_path, [node.pid for node in target.nodes])
         recorder = Recorder(out_dir)
         if options.workload_name == "quixstreams":  # the application is killed as often as a fault package flips
@@ -194,9 +202,11 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         schedule = Schedule(tuple(options.nemeses), options.interval_s, rng) if options.nemeses else None
         pipeline = _connect_pipeline(options, target, out_dir, lanes)
         cleanup.callback(lambda: pipeline and [worker.kill() for worker in pipeline.workers if worker.running])
-        lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
+        with steps("lanes start"):
+            lanes.start()  # before the main phase's clock: a group forming or an application starting takes a while
         rate = _Rate()
         started_s = time.monotonic()
+        steps.begin("main phase")
         workload.start()
         tombstones = _tombstoner(options, target, workload, recorder)
         try:
@@ -211,10 +221,12 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             # ops completed within the main phase; the sends still in flight at its end complete in workload.stop()
             main_ops_per_s = sum(recorder.completions.values()) / (time.monotonic() - started_s)
         finally:
+            steps.end("main phase")
             workload.stop_invoking()
             lanes.stop_invoking()
             if pipeline:
-                pipeline.stop_invoking()
+                with steps("connect pipeline stops invoking"):
+                    pipeline.stop_invoking()
             heal = schedule.heal_all() if schedule else []
             # Sends in flight to a node paused or cut off at the end complete only once it is
             # healed (else they wait out their 120 s send timeout), so the run heals before it
@@ -223,15 +235,21 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
             # a node restarted under transactional producers mid-call has left librdkafka's
             # send_offsets_to_transaction blocked far past its timeout, with no open
             # transaction on the broker.
-            lanes.stop_transactional()
+            with steps("transactional lanes stop"):
+                lanes.stop_transactional(steps)
             if not options.workload.txn:
-                _apply(nemesis, heal)
-            workload.stop()
+                with steps("final heal"):
+                    _apply(nemesis, heal)
+            with steps("main workload stops"):
+                workload.stop()
             if options.workload.txn:
-                _apply(nemesis, heal)
-            lanes.stop()
-            workload.close()
-            lanes.close()
+                with steps("final heal"):
+                    _apply(nemesis, heal)
+            with steps("lanes stop"):
+                lanes.stop(steps)
+            with steps("clients close"):
+                workload.close()
+                lanes.close()
         net.record_processes(state_path, [n.pid for n in target.nodes if n.running])
         quiet_until_s = time.monotonic() + options.quiet_s
         while (left_s := quiet_until_s - time.monotonic()) > 0:
@@ -241,16 +259,21 @@ def run(options: RunOptions, out_dir: Path, progress: Callable[[Status], None] =
         progress(Status("final reads", options.time_limit_s, options.time_limit_s, 0.0,
                         dict(recorder.completions), {}))
         if tombstones:
-            tombstones.stop()
+            with steps("tombstones stop"):
+                tombstones.stop()
         if pipeline:
-            pipeline.close(options.final_read_timeout_s)
+            with steps("connect pipeline closes"):
+                pipeline.close(options.final_read_timeout_s)
         observer.stop()  # before the lanes' histories close
         data_dirs = audit.reference_data_dirs(target) if options.target == "reference" else None
-        lanes_finished = lanes.finish_in_background(options.final_read_timeout_s, data_dirs)
-        complete = workload.final_reads(options.final_read_timeout_s)
-        replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder, data_dirs,
-                                    properties=options.workload.client_properties)
-        lanes_finished.result()
+        lanes_finished = lanes.finish_in_background(options.final_read_timeout_s, data_dirs, steps)
+        with steps("final reads"):
+            complete = workload.final_reads(options.final_read_timeout_s)
+        with steps("replica audit"):
+            replica_audit = audit.audit(target.bootstrap, options.workload.topics, recorder, data_dirs,
+                                        properties=options.workload.client_properties)
+        with steps("lanes finish"):
+            lanes_finished.result()
         history_path = recorder.close()
         result = RunResult(out_dir, mode, mode_reason, dict(recorder.completions), main_ops_per_s, complete,
                            acked_missing_from_final_reads(history_path) if complete else None, workload.failures,
@@ -308,6 +331,71 @@ def _log_clients_to(path: Path, cleanup: contextlib.ExitStack) -> None:
     CLIENT_LOGGER.propagate = False
     cleanup.callback(CLIENT_LOGGER.removeHandler, handler)
     cleanup.callback(handler.close)
+
+
+class _Steps:
+    """RUN/steps.jsonl: each step of the run, one line as it begins and one as it ends (with its
+    seconds), written as the run goes, so that a run ended from outside, or slower than expected,
+    shows which step it was in and where its time went. Lanes finish side by side (thread-safe)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.started_s = time.monotonic()
+        self.begun: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def begin(self, step: str) -> None:
+        with self.lock:
+            self.begun[step] = time.monotonic()
+        self._write({"step": step, "event": "begin"})
+
+    def end(self, step: str) -> None:
+        with self.lock:
+            seconds = time.monotonic() - self.begun.pop(step)
+        self._write({"step": step, "event": "end", "seconds": round(seconds, 3)})
+
+    @contextlib.contextmanager
+    def __call__(self, step: str):
+        self.begin(step)
+        yield
+        self.end(step)
+
+    def _write(self, line: dict) -> None:
+        line = {"at_s": round(time.monotonic() - self.started_s, 3), **line}
+        with self.lock, self.path.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def unfinished_steps(out_dir: Path) -> list[str]:
+    """The steps a run began and did not end (from its steps.jsonl): where a run ended from
+    outside was, or where one that failed stopped."""
+    path = Path(out_dir) / STEPS_FILE
+    open_steps: dict[str, None] = {}
+    for line in path.read_text().splitlines() if path.exists() else ():
+        entry = json.loads(line)
+        if entry["event"] == "begin":
+            open_steps[entry["step"]] = None
+        else:
+            open_steps.pop(entry["step"], None)
+    return list(open_steps)
+
+
+def _threads_on_signals(path: Path, cleanup: contextlib.ExitStack) -> None:
+    """A run ended from outside (a demo's time limit, a CI job's) or by a crash inside a client
+    library (SIGSEGV, SIGABRT) leaves every thread's stack in the run folder, so that what it was
+    waiting on, or doing, can be named afterwards. The dump is made by the interpreter's C signal
+    handler, so it is written even while a thread holds the GIL in a blocked library call; the
+    SIGTERM handler that unwinds the run still runs after it."""
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        return  # not under `kspec faults run` (which unwinds on SIGTERM): leave the process's handlers alone
+    stacks = path.open("w")
+    faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
+    was_enabled = faulthandler.is_enabled()
+    faulthandler.enable(file=stacks, all_threads=True)
+    cleanup.callback(stacks.close)
+    cleanup.callback(lambda: faulthandler.enable() if was_enabled else faulthandler.disable())
+    cleanup.callback(faulthandler.unregister, signal.SIGTERM)
+    cleanup.callback(lambda: path.stat().st_size == 0 and path.unlink())  # nothing dumped: no file
 
 
 def _toxiproxy(cleanup: contextlib.ExitStack) -> ToxiproxyClient:

@@ -36,7 +36,8 @@ import pyarrow.parquet as pq
 
 from faults.recorder import Recorder
 from faults.streams_app import APP_GROUP, OUTPUT_TOPIC
-from faults.workload import ADMIN_TIMEOUT_S, CLIENT_LOG_LEVEL, CLIENT_LOGGER, CLOSE_TIMEOUT_S, Workload, WorkloadOptions
+from faults.workload import (ADMIN_TIMEOUT_S, CLIENT_LOG_LEVEL, CLIENT_LOGGER, CLOSE_TIMEOUT_S, Workload,
+                             WorkloadOptions, committed_offsets)
 from spec.history import NEMESIS_PROCESS
 
 WORKLOADS = ("queue", "quixstreams", "connect")
@@ -83,7 +84,7 @@ class StreamsWorkload(Workload):
         super().create_topics()
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER})
         deadline = time.monotonic() + ADMIN_TIMEOUT_S
         while True:
             future = admin.create_topics([NewTopic(OUTPUT_TOPIC, 2, self.options.replication_factor)],
@@ -202,20 +203,16 @@ class StreamsWorkload(Workload):
 
     def _wait_caught_up(self, timeout_s: float) -> bool:
         """Whether the group's committed offsets reached every input partition's high watermark."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-        from confluent_kafka.admin import AdminClient
+        from confluent_kafka import KafkaException
         from spec.history import topic_partition
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": CLIENT_LOG_LEVEL,
-                             "logger": CLIENT_LOGGER})
         partitions = sorted({topic_partition(key) for key in self.options.keys})
         deadline = time.monotonic() + timeout_s
         watermarks = None
         while time.monotonic() < deadline:
             try:
                 watermarks = watermarks or self._high_watermarks(partitions)
-                request = ConsumerGroupTopicPartitions(APP_GROUP, [TopicPartition(t, p) for t, p in partitions])
-                answer = admin.list_consumer_group_offsets([request], require_stable=True)[APP_GROUP].result(10)
-                committed = {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions}
+                committed = committed_offsets(self.bootstrap, APP_GROUP, partitions, {}, timeout_s=10,
+                                              require_stable=True)
                 if all(committed.get(tp, -1) >= watermarks[tp] for tp in partitions):
                     return True
             except KafkaException:

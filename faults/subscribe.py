@@ -24,7 +24,7 @@ What a member records, besides its sends and polls (ops of f):
   client before sending.
 
 After the final reads a fresh process reads the group's committed offsets back with OffsetFetch
-(AdminClient.list_consumer_group_offsets): op `offset-fetch`, extra offsets. The checker
+(OffsetFetch, faults/workload.py committed_offsets): op `offset-fetch`, extra offsets. The checker
 (spark_validation/groups.py) compares them with the acknowledged commits (GRP-2), checks the
 commits never go backwards (GRP-3) and that no partition had two owners in one generation (GRP-1).
 """
@@ -36,7 +36,8 @@ import threading
 import time
 
 from faults.recorder import Recorder
-from faults.workload import ADMIN_TIMEOUT_S, Client, Sender, Workload, WorkloadOptions
+from faults.workload import ADMIN_TIMEOUT_S, CLIENT_LOGGER, Client, Sender, Workload, WorkloadOptions, committed_offsets
+from spec.history import topic_partition
 
 GROUP_ID = "kspec-faults-subscribe"
 COMMIT_P = 0.1                 # of a member's ops: a commit of its positions
@@ -203,7 +204,7 @@ class SubscribeWorkload(Workload):
     def _wait_offsets_topic_in_sync(self, deadline_s: float) -> None:
         from confluent_kafka import KafkaException, TopicCollection
         from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER, **self.options.client_properties})
         while time.monotonic() < deadline_s:
             try:
                 described = admin.describe_topics(TopicCollection([OFFSETS_TOPIC]), request_timeout=5)
@@ -266,19 +267,17 @@ class SubscribeWorkload(Workload):
         return complete
 
     def fetch_committed_offsets(self, process: int) -> None:
-        """OffsetFetch of the group's committed offsets, by a fresh process, retried until answered."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
-        from confluent_kafka.admin import AdminClient
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.options.client_properties})
+        """OffsetFetch of the group's committed offsets of the run's partitions, by a fresh
+        process, retried until answered (faults/workload.py committed_offsets)."""
+        from confluent_kafka import KafkaException
         invocation = self.recorder.invoke(process, "offset-fetch", extra={"group": GROUP_ID})
+        partitions = sorted({topic_partition(key) for key in self.options.keys})
         deadline_s = time.monotonic() + ADMIN_TIMEOUT_S
         while True:
             try:
-                future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(GROUP_ID)],
-                                                           request_timeout=10)[GROUP_ID]
-                answer = future.result()
-                offsets = sorted([tp.topic, tp.partition, tp.offset] for tp in answer.topic_partitions
-                                 if tp.error is None)
+                committed = committed_offsets(self.bootstrap, GROUP_ID, partitions, self.options.client_properties,
+                                              timeout_s=10)
+                offsets = sorted([t, p, o] for (t, p), o in committed.items())
                 self.recorder.complete(invocation, "ok", extra={"group": GROUP_ID, "offsets": offsets})
                 return
             except KafkaException as e:

@@ -151,7 +151,11 @@ def _fault_run(run_dir: Path) -> Step:
                   timeout_s=FAULT_RUN_TIMEOUT_S)
     results = _json(run_dir / RESULTS_FILE)
     if results is None:
-        return Step(name, "FAILED", f"no results ({_exit(code, FAULT_RUN_TIMEOUT_S)})", str(run_dir))
+        from faults.run import THREADS_FILE, unfinished_steps
+        where = unfinished_steps(run_dir)
+        return Step(name, "FAILED", f"no results ({_exit(code, FAULT_RUN_TIMEOUT_S)}"
+                    + (f", in: {', '.join(where)}" if where else "") + ")",
+                    str(run_dir / THREADS_FILE) if (run_dir / THREADS_FILE).exists() else str(run_dir))
     completions = dict(results["completions"])
     lanes = results.get("lanes", {})
     for lane in lanes.values():  # the lanes beside the main one (the main lane's are the run's own)

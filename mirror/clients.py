@@ -19,6 +19,7 @@ log = logging.getLogger("mirror")
 
 REQUEST_TIMEOUT_S = 30.0
 READ_TO_END_TIMEOUT_S = 60.0
+CLOSE_TIMEOUT_S = 10.0  # the longest a reader's close is waited for (see close_within)
 BACKOFF_S_MIN = 0.5
 BACKOFF_S_MAX = 30.0
 METADATA_ATTEMPT_S = 2.0
@@ -160,7 +161,35 @@ def read_to_end(configs: dict[str, dict[str, str]], connection: ConnectionLog, t
             else:
                 log.warning("reading %s in cluster %s: %s", topic, connection.alias, message.error().str())
     finally:
-        consumer.close()
+        close_within(consumer, CLOSE_TIMEOUT_S)
+
+
+def close_within(consumer: Consumer, timeout_s: float) -> None:
+    """consumer.close(), waited for at most timeout_s. A consumer has a group (confluent-kafka
+    requires group.id even for assign()), and closing it leaves that group's coordinator state:
+    while a broker is down or cut off, librdkafka's close has been seen to wait minutes for it
+    (confluent-kafka-python issue 1667). One that has not closed by then is left to finish on
+    its own thread; use it for consumers with nothing left to commit."""
+    closing = threading.Thread(target=consumer.close, name="close-reader", daemon=True)
+    closing.start()
+    closing.join(timeout_s)
+
+
+def committed_offsets(configs: dict[str, dict[str, str]], connection: ConnectionLog, group: str,
+                      partitions: list[tuple[str, int]], timeout_s: float = REQUEST_TIMEOUT_S) -> list[TopicPartition]:
+    """The group's committed offsets of these partitions (offset < 0 where it has none), by an
+    OffsetFetch from a consumer of the group that does not join it. Not the admin client's
+    list_consumer_group_offsets: librdkafka's admin client crashes the process (SIGSEGV) when that
+    answer says NOT_COORDINATOR, as a broker's does while the group's coordinator moves (it asks a
+    consumer-group handler, which an admin client lacks, to look the coordinator up again:
+    librdkafka issue 5040). KafkaException when not answered within timeout_s."""
+    if not partitions:
+        return []
+    consumer = build("consumer", configs, connection, **{"group.id": group, "enable.auto.commit": False})
+    try:
+        return consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        close_within(consumer, CLOSE_TIMEOUT_S)
 
 
 def partition_count(admin: AdminClient, topic: str) -> int:

@@ -47,8 +47,8 @@ from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermission
 
 from mirror import acls
 
-from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, create_topics, init_transactions,
-                            partition_count, read_to_end, wait_reachable)
+from mirror.clients import (REQUEST_TIMEOUT_S, ConnectionLog, MirrorError, build, committed_offsets, create_topics,
+                            init_transactions, partition_count, read_to_end, wait_reachable)
 from mirror.config import FlowConfig
 from mirror.offsets import SyncStore, SyncWriter
 from mirror.policy import HEARTBEATS_TOPIC
@@ -313,10 +313,8 @@ class Flow:
             groups = sorted(g.group_id for g in listing.valid if c.mirrors_group(g.group_id))
             translated: dict[str, list[Checkpoint]] = {}
             for group in groups:
-                request = [ConsumerGroupTopicPartitions(group)]
-                answer = self.source_admin.list_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)
-                for tp in answer[group].result().topic_partitions:
-                    if tp.offset < 0 or tp.error is not None or (tp.topic, tp.partition) not in self.assigned:
+                for tp in committed_offsets(c.source_clients, self.source_connection, group, list(self.assigned)):
+                    if tp.offset < 0 or tp.error is not None:
                         continue
                     with self.store_lock:
                         downstream = self.store.translate(tp.topic, tp.partition, tp.offset)
@@ -357,9 +355,9 @@ class Flow:
                     self.inactive_groups_warned.add(group)
                 return
             self.inactive_groups_warned.discard(group)
-            current = self.target_admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=REQUEST_TIMEOUT_S)[group].result()
-            committed = {(tp.topic, tp.partition): tp.offset for tp in current.topic_partitions}
+            current = committed_offsets(c.target_clients, self.target_connection, group,
+                                        [(cp.topic, cp.partition) for cp in checkpoints])
+            committed = {(tp.topic, tp.partition): tp.offset for tp in current}
             forward = [TopicPartition(cp.topic, cp.partition, cp.offset) for cp in checkpoints
                        if cp.offset > committed.get((cp.topic, cp.partition), -1)]
             if forward:
