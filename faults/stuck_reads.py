@@ -16,6 +16,7 @@ counting the records hidden behind it as lost (DUR-1).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from faults.recorder import Recorder
 
@@ -26,11 +27,11 @@ POLL_TIMEOUT_S = 0.5
 
 
 def record(bootstrap: str, recorder: Recorder, process: int, stuck: list[tuple[str, int, int, int]],
-           client_properties: dict, client_log: dict) -> None:
+           client_properties: dict, client_log: dict, decode_value: Callable[[bytes | None], int | None]) -> None:
     """stuck: (topic, partition, read_committed position, high watermark) of each partition the
-    final reads did not finish. client_log: librdkafka's log_level and logger for the consumers."""
+    final reads did not finish. client_log: librdkafka's log_level and logger for the consumers;
+    decode_value: the workload's record value decoding."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
-    from faults.workload import decode_long
     invocation = recorder.invoke(process, STUCK_PARTITIONS)
     common = {"bootstrap.servers": bootstrap, "group.id": "kspec-faults-stuck", "enable.auto.commit": False,
               "enable.partition.eof": False, **client_log, **client_properties}
@@ -49,7 +50,7 @@ def record(bootstrap: str, recorder: Recorder, process: int, stuck: list[tuple[s
                 while len(records) < RECORDS_MAX and time.monotonic() < deadline:
                     for m in uncommitted.consume(num_messages=RECORDS_MAX, timeout=POLL_TIMEOUT_S):
                         if not m.error() and m.offset() >= stable:
-                            records.append([m.offset(), decode_long(m.value())])
+                            records.append([m.offset(), decode_value(m.value())])
                     if uncommitted.position([at])[0].offset >= high:
                         break
             found.append([topic, partition, position, stable, high, records[:RECORDS_MAX]])

@@ -731,7 +731,7 @@ class Workload:
             stuck = [(tp.topic, tp.partition, tp.offset, high) for tp, high in highs if tp.offset < high]
             if stuck and self.options.isolation_level == "read_committed":
                 stuck_reads.record(self.bootstrap, self.recorder, client.process, stuck, self.options.client_properties,
-                                   {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER})
+                                   {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER}, decode_long)
             return False
         finally:
             closing = threading.Thread(target=watermarks.close, name="close-watermarks", daemon=True)

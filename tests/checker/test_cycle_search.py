@@ -35,16 +35,7 @@ def test_the_driver_gets_chunk_ends_and_each_chunk_finds_the_cycles_of_the_whole
     synth.scenarios(b)
     b.final_polls()
     path = write_history(ops_table(b.ops), tmp_path / "history.parquet")
-    h = HistoryFrames(spark, str(path), 4)
-    results = h.per_partition({EDGES: cycles.dependency_edges}, h.proven_ops())
-    edges = results.where(results.check == EDGES)  # a DataFrame: the edges are never collected
-    ops = op_blobs(spark, path, CHUNK_OPS_SMALL)
-    ends = chunk_ends_of(edges, ops)
-    ops.unpersist()
-    chunked, counted = cycle_search.search(spark, edges, path, RunOptions(), CHUNK_OPS_SMALL)
-    whole, whole_counted = cycle_search.search(spark, edges, path, RunOptions(), len(b.ops) * 4)
-    h.unpersist()
-    results.unpersist()
+    ends, chunked, counted, whole, whole_counted = _chunked_and_whole(spark, path, len(b.ops))
     assert len(ends) > 1
     # the injected cycles come after the clean workload: found by a chunk other than the first
     assert sorted(r["anomaly"] for r in chunked) == sorted(e.anomaly for e in b.expected if e.topic is None)
@@ -63,15 +54,21 @@ def test_row_groups_smaller_than_a_chunk_still_give_cuts_and_the_same_cycles(spa
     path = tmp_path / "history.parquet"
     pq.write_table(ops_table(b.ops), path, row_group_size=ROWS_PER_SMALL_GROUP)
     assert pq.ParquetFile(path).num_row_groups > 4
+    ends, chunked, counted, whole, whole_counted = _chunked_and_whole(spark, path, len(b.ops))
+    assert len(ends) > 1
+    assert chunked == whole and counted == whole_counted
+
+
+def _chunked_and_whole(spark, path, op_count: int):
+    """The history's chunk ends, and its cycles searched in small chunks and as one whole graph."""
     h = HistoryFrames(spark, str(path), 4)
     results = h.per_partition({EDGES: cycles.dependency_edges}, h.proven_ops())
-    edges = results.where(results.check == EDGES)
+    edges = results.where(results.check == EDGES)  # a DataFrame: the edges are never collected
     ops = op_blobs(spark, path, CHUNK_OPS_SMALL)
     ends = chunk_ends_of(edges, ops)
     ops.unpersist()
     chunked, counted = cycle_search.search(spark, edges, path, RunOptions(), CHUNK_OPS_SMALL)
-    whole, whole_counted = cycle_search.search(spark, edges, path, RunOptions(), len(b.ops) * 4)
+    whole, whole_counted = cycle_search.search(spark, edges, path, RunOptions(), op_count * 4)
     h.unpersist()
     results.unpersist()
-    assert len(ends) > 1
-    assert chunked == whole and counted == whole_counted
+    return ends, chunked, counted, whole, whole_counted

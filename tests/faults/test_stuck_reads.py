@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from faults import stuck_reads
 from faults.recorder import Recorder
-from faults.workload import encode_long
+from faults.workload import decode_long, encode_long
 from reference.process import BrokerProcess
 from spark_validation import hanging
 from spark_validation.options import RunOptions
@@ -53,7 +53,7 @@ def test_a_transaction_left_open_is_recorded_where_the_reads_stuck_and_named_a_h
     recorder = Recorder(tmp_path)
     sender = recorder.invoke(7, "txn", mops=[Send(Record(TOPIC, 0, 0, OPEN_VALUE))])
     recorder.complete(sender, "info", mops=[Send(Record(TOPIC, 0, 0, OPEN_VALUE))])
-    stuck_reads.record(broker.bootstrap, recorder, 9, [(TOPIC, 0, 0, 3)], {}, {"log_level": 0})
+    stuck_reads.record(broker.bootstrap, recorder, 9, [(TOPIC, 0, 0, 3)], {}, {"log_level": 0}, decode_long)
     history = recorder.close()
 
     [op] = [r for r in pq.read_table(history).to_pylist()
