@@ -11,6 +11,16 @@ when a fault run recorded a source group and its checkpoints, MIR-3.
   record's first copy lies before the first copy of a record before it in the source.
 - mirror-duplicate (MIR-2): a source record copied more than once; a violation only when the
   flow ran exactly once (at least once, duplicates are allowed and reported for the record).
+- mirror-source-repeats (reported, not a violation): a value the source partition holds at more
+  than one offset. Records are told apart by value, and the workload sends each value once, yet an
+  idempotent producer can append a value twice: librdkafka bumps its epoch producer-wide (a
+  message timing out in one partition, an out-of-order sequence answer) and renumbers every
+  partition's queued messages from sequence 0, among them a batch whose first send was appended
+  but never acknowledged (librdkafka issue 4953); the broker takes a new epoch at sequence 0 as new
+  records (Kafka's ProducerAppendInfo.checkSequence). Those are distinct source records, each to
+  be copied once: the copies of a value are dealt to its source records in target order (the n-th
+  copy to the (n mod k)-th of its k source records, k the times the source holds it), so an exactly
+  once mirror's copies map one to one, and only copies beyond k count as duplicates.
 - mirror-checkpoint-skips (MIR-3): a checkpoint translated the group's source offset u into
   target offset d, yet a source record the group had not consumed (offset >= u, and beyond
   what the group's recorded polls reached) has every copy below d: the group failing over to
@@ -44,6 +54,9 @@ MIRROR_KINDS = {k.name: k for k in (
                 "a source record beyond the mirror's committed progress: not reached when the run ended"),
     AnomalyKind("mirror-reorder", "MIR-1", "a record's first copy lies before the first copy of an earlier record"),
     AnomalyKind("mirror-duplicate", "MIR-2", "a source record was copied more than once"),
+    AnomalyKind("mirror-source-repeats", None,
+                "a value the source partition holds at more than one offset (a producer's re-send): "
+                "its copies are matched to those records in order"),
     AnomalyKind("mirror-checkpoint-skips", "MIR-3",
                 "a checkpoint's translated offset lies past every copy of a record the group had not consumed"),
 )}
@@ -58,11 +71,21 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
     flow = json.loads((history / MIRROR_FILE).read_text())
     source = spark.read.parquet(str(history / SOURCE_FILE))
     target = spark.read.parquet(str(history / TARGET_FILE))
-    copies = (target.groupBy(F.col("source_topic").alias("topic"), "partition", "value")
+    # A value held k times by the source is k source records; its copies are dealt to them in
+    # target order (see mirror-source-repeats above).
+    same_value = Window.partitionBy("topic", "partition", "value")
+    source = (source.withColumn("occurrence", F.row_number().over(same_value.orderBy("offset")) - 1)
+              .withColumn("occurrences", F.count("*").over(same_value)))
+    held = source.select("topic", "partition", "value", "occurrences").distinct()
+    copies = (target.select(F.col("source_topic").alias("topic"), "partition", "offset", "value")
+              .withColumn("copy_index", F.row_number().over(same_value.orderBy("offset")) - 1)
+              .join(held, ["topic", "partition", "value"], "left")
+              .withColumn("occurrence", F.col("copy_index") % F.coalesce(F.col("occurrences"), F.lit(1)))
+              .groupBy("topic", "partition", "value", "occurrence")
               .agg(F.min("offset").alias("first_copy"), F.max("offset").alias("last_copy"),
                    F.count("*").alias("copies")))
     earlier = Window.partitionBy("topic", "partition").orderBy("offset").rowsBetween(Window.unboundedPreceding, -1)
-    joined = (source.join(copies, ["topic", "partition", "value"], "left")
+    joined = (source.join(copies, ["topic", "partition", "value", "occurrence"], "left")
               .withColumn("latest_earlier_copy", F.max("first_copy").over(earlier)))
     progress_path = history / PROGRESS_FILE
     progress_recorded = progress_path.exists()
@@ -77,7 +100,8 @@ def check_mirror(spark: SparkSession, history: Path) -> tuple[pa.Table, dict]:
         F.when(F.col("first_copy").isNull() & ~pending, F.lit("mirror-lost")),
         F.when(F.col("first_copy").isNull() & pending, F.lit("mirror-pending")),
         F.when(F.col("first_copy") < F.col("latest_earlier_copy"), F.lit("mirror-reorder")),
-        F.when(F.col("copies") > 1, F.lit("mirror-duplicate"))))
+        F.when(F.col("copies") > 1, F.lit("mirror-duplicate")),
+        F.when(F.col("occurrences") > 1, F.lit("mirror-source-repeats"))))
     flagged = joined.select("topic", "partition", "offset", "value", F.explode(flags).alias("anomaly"))
     checkpoints_checked = (history / CHECKPOINTS_FILE).exists() and pq.ParquetFile(
         history / CHECKPOINTS_FILE).metadata.num_rows > 0  # no checkpoint: MIR-3 not checked
