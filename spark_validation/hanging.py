@@ -51,15 +51,19 @@ OPEN_MAX_S = 60 + 10
 
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     columns = ["index", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition", "value", "extra"]
-    rows = read_filtered(parquet_path, columns, lambda t: pc.or_(
-        pc.equal(t["f"], STUCK_PARTITIONS), pc.is_in(t["mop_f"], pa.array(["send"])))).to_pylist()
-    stuck = [r for r in rows if r["f"] == STUCK_PARTITIONS and r["type"] != "invoke" and r["extra"]]
+    stuck = read_filtered(parquet_path, columns, lambda t: pc.and_(
+        pc.equal(t["f"], STUCK_PARTITIONS), pc.and_(pc.not_equal(t["type"], "invoke"), pc.is_valid(t["extra"]))))
+    stuck = stuck.to_pylist() if stuck is not None else []
     if not stuck:
-        return None
+        return None  # most histories: nothing more is read
+    # the sends of the values at the stuck partitions' last stable offsets, and only those
+    held = pa.array(sorted({value for op in stuck for *_, stable, _, records in json.loads(op["extra"])["partitions"]
+                            for offset, value in records if offset == stable}), pa.int64())
+    sends = read_filtered(parquet_path, columns, lambda t: pc.and_(
+        pc.and_(pc.equal(t["mop_f"], "send"), pc.not_equal(t["type"], "invoke")), pc.is_in(t["value"], held)))
     senders: dict[tuple[str, int, int], dict] = {}  # (topic, partition, value) -> its send's completion
-    for r in rows:
-        if r["mop_f"] == "send" and r["type"] != "invoke":
-            senders.setdefault((r["topic"], r["partition"], r["value"]), r)
+    for r in sends.to_pylist():
+        senders.setdefault((r["topic"], r["partition"], r["value"]), r)
     found = []
     for op in stuck:
         for topic, partition, position, stable, high, records in json.loads(op["extra"])["partitions"]:
