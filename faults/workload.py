@@ -516,25 +516,15 @@ def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None
 def committed_offsets(bootstrap: str, group: str, partitions: list[tuple[str, int]], properties: dict,
                       timeout_s: float, require_stable: bool = False) -> dict[tuple[str, int], int]:
     """The group's committed offsets of these partitions (those it has one for), by OffsetFetch
-    from a consumer of the group that does not join it (Consumer.committed; require_stable as
-    KIP-447's, which librdkafka sends for read_committed). Not AdminClient.list_consumer_group_offsets:
-    librdkafka's admin client crashes the whole process (SIGSEGV) when that answer says
-    NOT_COORDINATOR, as any broker's does while a group's coordinator moves: it asks for a
-    coordinator lookup from a consumer-group handler that an admin client does not have
-    (librdkafka issue 5040; seen here in lanes runs). KafkaException when not answered in time."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from mirror.clients import close_within
-    if not partitions:
-        return {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed" if require_stable else "read_uncommitted",
-                         "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **properties})
-    try:
-        answer = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-        return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None and tp.offset >= 0}
-    finally:
-        close_within(consumer, CLOSE_TIMEOUT_S)
+    from a consumer that does not join the group (require_stable as KIP-447's, which librdkafka
+    sends for read_committed; kspec/ops/rdkafka.py says why not the admin client's).
+    KafkaException when not answered in time."""
+    from kspec.ops.rdkafka import committed_offsets as offset_fetch
+    config = {"bootstrap.servers": bootstrap, "group.id": group,
+              "isolation.level": "read_committed" if require_stable else "read_uncommitted",
+              "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **properties}
+    return {(tp.topic, tp.partition): tp.offset for tp in offset_fetch(config, partitions, timeout_s)
+            if tp.error is None and tp.offset >= 0}
 
 
 def _is_fatal(error) -> bool:
