@@ -503,14 +503,9 @@ def _leader_epochs(messages) -> list[list]:
 def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     """Close clients side by side, waiting at most timeout_s: after faults, librdkafka's close
     sometimes never returns (confluent-kafka-python issue 1667), and a run must still end.
-    A client that has not closed by then is left to its daemon thread."""
-    closing = [threading.Thread(target=client.close, name=f"close-{client.process}", daemon=True)
-               for client in clients]
-    for thread in closing:
-        thread.start()
-    deadline_s = time.monotonic() + timeout_s
-    for thread in closing:
-        thread.join(max(0.0, deadline_s - time.monotonic()))
+    A client that has not closed by then is left to its daemon thread (close-<process>)."""
+    from kspec.ops.rdkafka import close_within
+    close_within({str(client.process): client for client in clients}, timeout_s)
 
 
 def committed_offsets(bootstrap: str, group: str, partitions: list[tuple[str, int]], properties: dict,
@@ -724,10 +719,8 @@ class Workload:
                                    {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER}, decode_long)
             return False
         finally:
-            closing = threading.Thread(target=watermarks.close, name="close-watermarks", daemon=True)
-            closing.start()
-            closing.join(CLOSE_TIMEOUT_S)
-            close_all([client])
+            from kspec.ops.rdkafka import close_within
+            close_within({"watermarks": watermarks, str(client.process): client}, CLOSE_TIMEOUT_S)
 
 
 def checker_options(workload: WorkloadOptions) -> dict:
