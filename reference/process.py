@@ -16,8 +16,15 @@ import os
 import signal
 import socket
 import subprocess
+import struct
 import sys
 import time
+from typing import Callable
+
+from reference.node.base import METADATA_TOPIC
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+from reference.protocol.messages import decode_response, encode_request
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -59,6 +66,70 @@ def cluster_metadata(bootstrap: str, topic: str | None = None, config: dict[str,
             topic, timeout=2)
     except KafkaException:
         return None
+
+
+QUORUM_ASK_TIMEOUT_S = 3.0  # one node's DescribeQuorum answer; a node with no active controller holds it
+DESCRIBE_QUORUM_VERSION = 1
+DESCRIBE_QUORUM_REQUEST = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}
+
+
+class QuorumConnection:
+    """One plaintext connection that sends a request and reads its answer (reference codec):
+    the default way active_controller_id asks. conformance/wire.py's WireClient has the same
+    request(), with TLS and SASL."""
+
+    def __init__(self, address: str, timeout_s: float = QUORUM_ASK_TIMEOUT_S) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+
+    def request(self, api_key: int, api_version: int, body: dict):
+        self.sock.sendall(encode_request(api_key, api_version, 1, "kspec-process", body))
+        (size,) = struct.unpack(">i", self._read_exactly(4))
+        return decode_response(api_key, api_version, self._read_exactly(size))[1]
+
+    def _read_exactly(self, count: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < count:
+            chunk = self.sock.recv(count - len(chunks))
+            if not chunk:
+                raise ConnectionError("closed by the node")
+            chunks += chunk
+        return bytes(chunks)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> QuorumConnection:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def active_controller_id(addresses: list[str], connect: Callable[[str], QuorumConnection] = QuorumConnection) -> int | None:
+    """The active controller: the Raft leader of the metadata quorum, as DescribeQuorum (key 55,
+    KIP-595) names it, asked of each address in turn (a node forwards it to the active controller,
+    KIP-590). Not Metadata's ControllerId: that names a live broker, which forwards admin requests,
+    also while the quorum has no leader. -1 while no node answers with a leader (an election),
+    None when no node offers DescribeQuorum (a broker without KRaft's quorum API, or a single
+    reference node, which has no quorum): then Metadata's ControllerId is all there is to ask.
+    connect(address) gives a connection with request(api_key, version, body) and close()."""
+    offered = False
+    for address in addresses:
+        try:
+            with connect(address) as connection:
+                versions = connection.request(ApiKey.API_VERSIONS, 0, {})
+                if not any(k.api_key == ApiKey.DESCRIBE_QUORUM for k in versions.api_keys):
+                    continue
+                offered = True
+                answer = connection.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, DESCRIBE_QUORUM_REQUEST)
+        except OSError:  # down, or held the request past the timeout (no active controller yet)
+            continue
+        if answer.error_code == ErrorCode.NONE:
+            partition = answer.topics[0].partitions[0]
+            if partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
+                return partition.leader_id
+    return -1 if offered else None
 
 
 def cluster_ready(metadata, brokers: int) -> bool:
@@ -235,11 +306,11 @@ class ClusterProcess:
         return metadata.topics[topic].partitions[partition].leader
 
     def controller_id(self) -> int:
-        """Metadata's ControllerId: in combined mode the active controller, between elections;
-        during one, or with separate controllers, a live broker, which forwards admin requests
-        to the active controller (KIP-590)."""
-        metadata = self.metadata()
-        return -1 if metadata is None else metadata.controller_id
+        """The active controller (the quorum's Raft leader, by DescribeQuorum), -1 during an
+        election. Metadata's ControllerId would name a live broker then (KIP-590 forwarding)."""
+        running = [address for node_id, address in self.addresses.items() if self.nodes[node_id].running]
+        found = active_controller_id(running)
+        return -1 if found is None else found
 
     def running_brokers(self) -> list[int]:
         return [node_id for node_id in self.broker_ids if self.nodes[node_id].running]
