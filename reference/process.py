@@ -68,7 +68,7 @@ def cluster_metadata(bootstrap: str, topic: str | None = None, config: dict[str,
         return None
 
 
-QUORUM_ASK_TIMEOUT_S = 3.0  # one node's DescribeQuorum answer; a node with no active controller holds it
+QUORUM_ASK_TIMEOUT_S = 3.0  # one node's DescribeQuorum answer; one with no active controller holds it (forwarding)
 DESCRIBE_QUORUM_VERSION = 1
 DESCRIBE_QUORUM_REQUEST = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}
 
@@ -123,7 +123,7 @@ def active_controller_id(addresses: list[str], connect: Callable[[str], QuorumCo
                     continue
                 offered = True
                 answer = connection.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, DESCRIBE_QUORUM_REQUEST)
-        except OSError:  # down, or held the request past the timeout (no active controller yet)
+        except OSError:  # down, or holding the request for a controller to forward it to
             continue
         if answer.error_code == ErrorCode.NONE:
             partition = answer.topics[0].partitions[0]
