@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import socket
 import subprocess
 import struct
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -106,29 +108,47 @@ class QuorumConnection:
         self.close()
 
 
-def active_controller_id(addresses: list[str], connect: Callable[[str], QuorumConnection] = QuorumConnection) -> int | None:
+def active_controller_id(addresses: list[str], connect: Callable[[str], QuorumConnection] = QuorumConnection,
+                         timeout_s: float = QUORUM_ASK_TIMEOUT_S) -> int | None:
     """The active controller: the Raft leader of the metadata quorum, as DescribeQuorum (key 55,
-    KIP-595) names it, asked of each address in turn (a node forwards it to the active controller,
-    KIP-590). Not Metadata's ControllerId: that names a live broker, which forwards admin requests,
-    also while the quorum has no leader. -1 while no node answers with a leader (an election),
-    None when no node offers DescribeQuorum (a broker without KRaft's quorum API, or a single
-    reference node, which has no quorum): then Metadata's ControllerId is all there is to ask.
-    connect(address) gives a connection with request(api_key, version, body) and close()."""
-    offered = False
-    for address in addresses:
+    KIP-595) names it, asked of every address at once (a node forwards it to the active controller,
+    KIP-590); the first leader named within timeout_s. Not Metadata's ControllerId: that names a
+    live broker, which forwards admin requests, also while the quorum has no leader. -1 while no
+    node names a leader (an election: a node holds the request, waiting for one to forward it to),
+    None when no node that answered ApiVersions offers DescribeQuorum (a broker without KRaft's
+    quorum API, or a single reference node, which has no quorum): then Metadata's ControllerId is
+    all there is to ask. A node paused or cut off costs no more than timeout_s: it is left to
+    its daemon thread. connect(address) gives a connection with request(api_key, version, body)."""
+    answers: queue.Queue = queue.Queue()  # ("offered", None) once ApiVersions lists DescribeQuorum; ("done", leader)
+
+    def ask(address: str) -> None:
+        leader = None
         try:
             with connect(address) as connection:
                 versions = connection.request(ApiKey.API_VERSIONS, 0, {})
-                if not any(k.api_key == ApiKey.DESCRIBE_QUORUM for k in versions.api_keys):
-                    continue
-                offered = True
-                answer = connection.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION, DESCRIBE_QUORUM_REQUEST)
-        except OSError:  # down, or holding the request for a controller to forward it to
-            continue
-        if answer.error_code == ErrorCode.NONE:
-            partition = answer.topics[0].partitions[0]
-            if partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
-                return partition.leader_id
+                if any(k.api_key == ApiKey.DESCRIBE_QUORUM for k in versions.api_keys):
+                    answers.put(("offered", None))
+                    answer = connection.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION,
+                                                DESCRIBE_QUORUM_REQUEST)
+                    partition = answer.topics[0].partitions[0] if answer.error_code == ErrorCode.NONE else None
+                    if partition is not None and partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
+                        leader = partition.leader_id
+        except Exception:  # down, refusing, or an answer that does not decode: this node names no leader
+            pass
+        answers.put(("done", leader))
+
+    for address in addresses:
+        threading.Thread(target=ask, args=(address,), name=f"describe-quorum-{address}", daemon=True).start()
+    deadline_s, offered, done = time.monotonic() + timeout_s, False, 0
+    while done < len(addresses) and (left_s := deadline_s - time.monotonic()) > 0:
+        try:
+            kind, leader = answers.get(timeout=left_s)
+        except queue.Empty:
+            break
+        if leader is not None:
+            return leader
+        offered = offered or kind == "offered"
+        done += kind == "done"
     return -1 if offered else None
 
 

@@ -7,13 +7,15 @@ active controller itself (ClusterProcess.controller_id, the fault harness's kill
 DescribeQuorum, which names the quorum's leader or none."""
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conformance.wire import WireClient
 from reference.node.base import METADATA_TOPIC
-from reference.process import cluster_metadata
+from reference.process import QUORUM_ASK_TIMEOUT_S, cluster_metadata
 from reference.protocol.api_keys import ApiKey
 
 from .conftest import WAIT_S, wait_until
@@ -58,3 +60,18 @@ def test_a_create_topics_sent_while_the_quorum_has_no_leader_completes_once_it_h
         quorum = wire.request(ApiKey.DESCRIBE_QUORUM, 1, {"topics": [
             {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
     assert quorum.topics[0].partitions[0].leader_id == leader
+
+
+def test_a_paused_node_does_not_hold_up_the_controller_lookup(start_cluster):
+    """Every node is asked at once and the first leader named is the answer: a paused node (its
+    socket accepts, nothing answers) costs nothing while the others answer."""
+    cluster = start_cluster(3)
+    controller = wait_until(lambda: max(cluster.controller_id(), 0), "an active controller")
+    paused = next(node_id for node_id in cluster.nodes if node_id != controller)
+    os.kill(cluster.nodes[paused].process.pid, signal.SIGSTOP)
+    try:
+        asked = time.monotonic()
+        assert cluster.controller_id() == controller  # two of three voters: still the leader
+        assert time.monotonic() - asked < QUORUM_ASK_TIMEOUT_S, "waited for the paused node"
+    finally:
+        os.kill(cluster.nodes[paused].process.pid, signal.SIGCONT)
