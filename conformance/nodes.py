@@ -172,8 +172,14 @@ class LocalCluster:
         return cluster_metadata(self.client_bootstrap or self.bootstrap, config=self.client_config)
 
     def controller_id(self) -> int:
-        metadata = self.metadata()
-        return -1 if metadata is None else metadata.controller_id
+        """The active controller (the quorum's Raft leader, by DescribeQuorum), -1 during an
+        election. Metadata's ControllerId would name a live broker then (KIP-590 forwarding)."""
+        from conformance import sasl
+        from reference.process import QUORUM_ASK_TIMEOUT_S, active_controller_id
+        addresses = (self.client_bootstrap or ",".join(self.layout.addresses[n] for n in self.node_ids)).split(",")
+        found = active_controller_id(
+            addresses, lambda address: sasl.connect(address, self.client_config, timeout_s=QUORUM_ASK_TIMEOUT_S))
+        return -1 if found is None else found
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Until every broker is registered, a controller is known and every partition has a leader."""

@@ -30,7 +30,8 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mirror.clients import ConnectionLog, build, close_within, partition_count, read_to_end
+from kspec.ops.rdkafka import close_within
+from mirror.clients import ConnectionLog, build, partition_count, read_to_end
 from mirror.config import load
 from mirror.history import CHECKPOINTS_FILE, GROUP_FILE, PROGRESS_FILE, record
 from mirror.records import Checkpoint, decode_progress
@@ -325,7 +326,7 @@ class MirrorWorkload:
                                              "partition": p, "offset": o, "value": None, "error": e.args[0].str()}
                                             for p, o in sorted(positions.items())]
         finally:
-            close_within(consumer, GROUP_CLOSE_TIMEOUT_S)  # close() too can wait for minutes after faults
+            close_within({"group-member": consumer}, GROUP_CLOSE_TIMEOUT_S)  # close() too can wait for minutes after faults
 
     def _copied(self, config) -> bool:
         """The mirror's committed progress (in the target) covers every acked send: the copies of

@@ -269,9 +269,8 @@ class StreamsWorkload(Workload):
                     return outputs, True
             return outputs, False
         finally:
-            closing = threading.Thread(target=consumer.close, name="close-outputs", daemon=True)
-            closing.start()
-            closing.join(CLOSE_TIMEOUT_S)
+            from kspec.ops.rdkafka import close_within
+            close_within({"outputs": consumer}, CLOSE_TIMEOUT_S)
 
 
 def _project_root() -> str:

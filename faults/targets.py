@@ -253,8 +253,19 @@ class Target:
         return self.broker_index(leader) if leader >= 0 else None
 
     def controller(self) -> int | None:
-        metadata = self._metadata(None)
-        return self.broker_index(metadata.controller_id) if metadata and metadata.controller_id >= 0 else None
+        """The node that is the active controller now: the quorum's leader by DescribeQuorum where
+        the nodes offer it (Metadata's ControllerId names a live broker during an election, KIP-590),
+        else Metadata's ControllerId. None when unknown (an election) or not one of the nodes."""
+        from conformance import sasl
+        from reference.process import QUORUM_ASK_TIMEOUT_S, active_controller_id
+        running = [node.bootstrap for node in self.nodes if node.running]
+        controller_id = active_controller_id(
+            running, lambda address: sasl.connect(address, self.client_properties, timeout_s=QUORUM_ASK_TIMEOUT_S))
+        if controller_id is None:
+            metadata = self._metadata(None)
+            controller_id = metadata.controller_id if metadata else -1
+        node_ids = [node.node_id for node in self.nodes]
+        return node_ids.index(controller_id) if controller_id in node_ids else None
 
     def _metadata(self, topic: str | None):
         from confluent_kafka.admin import AdminClient

@@ -503,38 +503,23 @@ def _leader_epochs(messages) -> list[list]:
 def close_all(clients: list[Client], timeout_s: float = CLOSE_TIMEOUT_S) -> None:
     """Close clients side by side, waiting at most timeout_s: after faults, librdkafka's close
     sometimes never returns (confluent-kafka-python issue 1667), and a run must still end.
-    A client that has not closed by then is left to its daemon thread."""
-    closing = [threading.Thread(target=client.close, name=f"close-{client.process}", daemon=True)
-               for client in clients]
-    for thread in closing:
-        thread.start()
-    deadline_s = time.monotonic() + timeout_s
-    for thread in closing:
-        thread.join(max(0.0, deadline_s - time.monotonic()))
+    A client that has not closed by then is left to its daemon thread (close-<process>)."""
+    from kspec.ops.rdkafka import close_within
+    close_within({str(client.process): client for client in clients}, timeout_s)
 
 
 def committed_offsets(bootstrap: str, group: str, partitions: list[tuple[str, int]], properties: dict,
                       timeout_s: float, require_stable: bool = False) -> dict[tuple[str, int], int]:
     """The group's committed offsets of these partitions (those it has one for), by OffsetFetch
-    from a consumer of the group that does not join it (Consumer.committed; require_stable as
-    KIP-447's, which librdkafka sends for read_committed). Not AdminClient.list_consumer_group_offsets:
-    librdkafka's admin client crashes the whole process (SIGSEGV) when that answer says
-    NOT_COORDINATOR, as any broker's does while a group's coordinator moves: it asks for a
-    coordinator lookup from a consumer-group handler that an admin client does not have
-    (librdkafka issue 5040; seen here in lanes runs). KafkaException when not answered in time."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from mirror.clients import close_within
-    if not partitions:
-        return {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "isolation.level": "read_committed" if require_stable else "read_uncommitted",
-                         "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **properties})
-    try:
-        answer = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-        return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None and tp.offset >= 0}
-    finally:
-        close_within(consumer, CLOSE_TIMEOUT_S)
+    from a consumer that does not join the group (require_stable as KIP-447's, which librdkafka
+    sends for read_committed; kspec/ops/rdkafka.py says why not the admin client's).
+    KafkaException when not answered in time."""
+    from kspec.ops.rdkafka import committed_offsets as offset_fetch
+    config = {"bootstrap.servers": bootstrap, "group.id": group,
+              "isolation.level": "read_committed" if require_stable else "read_uncommitted",
+              "log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER, **properties}
+    return {(tp.topic, tp.partition): tp.offset for tp in offset_fetch(config, partitions, timeout_s)
+            if tp.error is None and tp.offset >= 0}
 
 
 def _is_fatal(error) -> bool:
@@ -734,10 +719,8 @@ class Workload:
                                    {"log_level": CLIENT_LOG_LEVEL, "logger": CLIENT_LOGGER}, decode_long)
             return False
         finally:
-            closing = threading.Thread(target=watermarks.close, name="close-watermarks", daemon=True)
-            closing.start()
-            closing.join(CLOSE_TIMEOUT_S)
-            close_all([client])
+            from kspec.ops.rdkafka import close_within
+            close_within({"watermarks": watermarks, str(client.process): client}, CLOSE_TIMEOUT_S)
 
 
 def checker_options(workload: WorkloadOptions) -> dict:

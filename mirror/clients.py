@@ -13,7 +13,9 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kspec.ops import rdkafka
 from kspec.ops.common import CONNECTION_FAILURES, HINTS, quiet_logger
+from kspec.ops.rdkafka import close_within
 
 log = logging.getLogger("mirror")
 
@@ -59,13 +61,17 @@ CLIENT_CLASSES = {"producer": Producer, "consumer": Consumer, "admin": AdminClie
 
 def build(kind: str, configs: dict[str, dict[str, str]], connection: ConnectionLog, **settings):
     """A producer, consumer or admin client of one cluster; a key librdkafka refuses is a MirrorError."""
-    config = {**configs[kind], "error_cb": connection, "logger": quiet_logger(), **settings}
     try:
-        return CLIENT_CLASSES[kind](config)
+        return CLIENT_CLASSES[kind](client_config(kind, configs, connection, **settings))
     except KafkaException as error:
         key = _refused_key(kind, configs[kind])
         raise MirrorError(f"cluster {connection.alias}: {error.args[0].str()}"
                           + (f"; fix or remove `{connection.alias}.{key}` in mm2.properties" if key else "")) from None
+
+
+def client_config(kind: str, configs: dict[str, dict[str, str]], connection: ConnectionLog, **settings) -> dict:
+    """The confluent-kafka config of a client of one cluster: the file's keys, quiet logging."""
+    return {**configs[kind], "error_cb": connection, "logger": quiet_logger(), **settings}
 
 
 def _refused_key(kind: str, config: dict[str, str]) -> str | None:
@@ -161,35 +167,16 @@ def read_to_end(configs: dict[str, dict[str, str]], connection: ConnectionLog, t
             else:
                 log.warning("reading %s in cluster %s: %s", topic, connection.alias, message.error().str())
     finally:
-        close_within(consumer, CLOSE_TIMEOUT_S)
-
-
-def close_within(consumer: Consumer, timeout_s: float) -> None:
-    """consumer.close(), waited for at most timeout_s. A consumer has a group (confluent-kafka
-    requires group.id even for assign()), and closing it leaves that group's coordinator state:
-    while a broker is down or cut off, librdkafka's close has been seen to wait minutes for it
-    (confluent-kafka-python issue 1667). One that has not closed by then is left to finish on
-    its own thread; use it for consumers with nothing left to commit."""
-    closing = threading.Thread(target=consumer.close, name="close-reader", daemon=True)
-    closing.start()
-    closing.join(timeout_s)
+        close_within({"reader": consumer}, CLOSE_TIMEOUT_S)
 
 
 def committed_offsets(configs: dict[str, dict[str, str]], connection: ConnectionLog, group: str,
                       partitions: list[tuple[str, int]], timeout_s: float = REQUEST_TIMEOUT_S) -> list[TopicPartition]:
     """The group's committed offsets of these partitions (offset < 0 where it has none), by an
-    OffsetFetch from a consumer of the group that does not join it. Not the admin client's
-    list_consumer_group_offsets: librdkafka's admin client crashes the process (SIGSEGV) when that
-    answer says NOT_COORDINATOR, as a broker's does while the group's coordinator moves (it asks a
-    consumer-group handler, which an admin client lacks, to look the coordinator up again:
-    librdkafka issue 5040). KafkaException when not answered within timeout_s."""
-    if not partitions:
-        return []
-    consumer = build("consumer", configs, connection, **{"group.id": group, "enable.auto.commit": False})
-    try:
-        return consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
-    finally:
-        close_within(consumer, CLOSE_TIMEOUT_S)
+    OffsetFetch from a consumer that does not join the group (kspec/ops/rdkafka.py says why not
+    the admin client's). KafkaException when not answered within timeout_s."""
+    return rdkafka.committed_offsets(client_config("consumer", configs, connection, **{"group.id": group}),
+                                     partitions, timeout_s)
 
 
 def partition_count(admin: AdminClient, topic: str) -> int:

@@ -111,6 +111,10 @@ class BrokerConfig:
     controller_quorum_election_timeout_ms: int = 1000
     controller_quorum_fetch_timeout_ms: int = 2000
     broker_heartbeat_interval_ms: int = 2000
+    # How long a forwarded admin request waits for an active controller before it is answered
+    # REQUEST_TIMED_OUT (reference/server/node_to_controller.py): Kafka's forwarding channel's
+    # retryTimeoutMs, 60 s, which Kafka does not let one configure; kspec's tests shorten it.
+    kspec_forwarding_timeout_ms: int = 60_000
     broker_session_timeout_ms: int = 9000
     # Preferred leaders come back by themselves (reference/controller/state.py balance_partition_leaders).
     # Kafka's leader.imbalance.per.broker.percentage is not read: KRaft's controller has no such threshold.
@@ -196,6 +200,7 @@ class BrokerConfig:
             (self.compression_type in ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
              "compression.type must be one of uncompressed, zstd, lz4, snappy, gzip, producer"),
             (self.log_segment_bytes >= 14, "log.segment.bytes must be >= 14"),
+            (self.kspec_forwarding_timeout_ms >= 0, "kspec.forwarding.timeout.ms must be >= 0"),
             (self.log_retention_check_interval_ms >= 1, "log.retention.check.interval.ms must be >= 1"),
             (self.log_cleaner_backoff_ms >= 0, "log.cleaner.backoff.ms must be >= 0"),
             (self.log_flush_scheduler_interval_ms >= 1, "log.flush.scheduler.interval.ms must be >= 1"),

@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import socket
 import subprocess
+import struct
 import sys
+import threading
 import time
+from typing import Callable
+
+from reference.node.base import METADATA_TOPIC
+from reference.protocol.api_keys import ApiKey
+from reference.protocol.errors import ErrorCode
+from reference.protocol.messages import decode_response, encode_request
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -59,6 +68,88 @@ def cluster_metadata(bootstrap: str, topic: str | None = None, config: dict[str,
             topic, timeout=2)
     except KafkaException:
         return None
+
+
+QUORUM_ASK_TIMEOUT_S = 3.0  # one node's DescribeQuorum answer; one with no active controller holds it (forwarding)
+DESCRIBE_QUORUM_VERSION = 1
+DESCRIBE_QUORUM_REQUEST = {"topics": [{"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]}
+
+
+class QuorumConnection:
+    """One plaintext connection that sends a request and reads its answer (reference codec):
+    the default way active_controller_id asks. conformance/wire.py's WireClient has the same
+    request(), with TLS and SASL."""
+
+    def __init__(self, address: str, timeout_s: float = QUORUM_ASK_TIMEOUT_S) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
+
+    def request(self, api_key: int, api_version: int, body: dict):
+        self.sock.sendall(encode_request(api_key, api_version, 1, "kspec-process", body))
+        (size,) = struct.unpack(">i", self._read_exactly(4))
+        return decode_response(api_key, api_version, self._read_exactly(size))[1]
+
+    def _read_exactly(self, count: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < count:
+            chunk = self.sock.recv(count - len(chunks))
+            if not chunk:
+                raise ConnectionError("closed by the node")
+            chunks += chunk
+        return bytes(chunks)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> QuorumConnection:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def active_controller_id(addresses: list[str], connect: Callable[[str], QuorumConnection] = QuorumConnection,
+                         timeout_s: float = QUORUM_ASK_TIMEOUT_S) -> int | None:
+    """The active controller: the Raft leader of the metadata quorum, as DescribeQuorum (key 55,
+    KIP-595) names it, asked of every address at once (a node forwards it to the active controller,
+    KIP-590); the first leader named within timeout_s. Not Metadata's ControllerId: that names a
+    live broker, which forwards admin requests, also while the quorum has no leader. -1 while no
+    node names a leader (an election: a node holds the request, waiting for one to forward it to),
+    None when no node that answered ApiVersions offers DescribeQuorum (a broker without KRaft's
+    quorum API, or a single reference node, which has no quorum): then Metadata's ControllerId is
+    all there is to ask. A node paused or cut off costs no more than timeout_s: it is left to
+    its daemon thread. connect(address) gives a connection with request(api_key, version, body)."""
+    answers: queue.Queue = queue.Queue()  # ("offered", None) once ApiVersions lists DescribeQuorum; ("done", leader)
+
+    def ask(address: str) -> None:
+        leader = None
+        try:
+            with connect(address) as connection:
+                versions = connection.request(ApiKey.API_VERSIONS, 0, {})
+                if any(k.api_key == ApiKey.DESCRIBE_QUORUM for k in versions.api_keys):
+                    answers.put(("offered", None))
+                    answer = connection.request(ApiKey.DESCRIBE_QUORUM, DESCRIBE_QUORUM_VERSION,
+                                                DESCRIBE_QUORUM_REQUEST)
+                    partition = answer.topics[0].partitions[0] if answer.error_code == ErrorCode.NONE else None
+                    if partition is not None and partition.error_code == ErrorCode.NONE and partition.leader_id >= 0:
+                        leader = partition.leader_id
+        except Exception:  # down, refusing, or an answer that does not decode: this node names no leader
+            pass
+        answers.put(("done", leader))
+
+    for address in addresses:
+        threading.Thread(target=ask, args=(address,), name=f"describe-quorum-{address}", daemon=True).start()
+    deadline_s, offered, done = time.monotonic() + timeout_s, False, 0
+    while done < len(addresses) and (left_s := deadline_s - time.monotonic()) > 0:
+        try:
+            kind, leader = answers.get(timeout=left_s)
+        except queue.Empty:
+            break
+        if leader is not None:
+            return leader
+        offered = offered or kind == "offered"
+        done += kind == "done"
+    return -1 if offered else None
 
 
 def cluster_ready(metadata, brokers: int) -> bool:
@@ -235,11 +326,11 @@ class ClusterProcess:
         return metadata.topics[topic].partitions[partition].leader
 
     def controller_id(self) -> int:
-        """Metadata's ControllerId: in combined mode the active controller, between elections;
-        during one, or with separate controllers, a live broker, which forwards admin requests
-        to the active controller (KIP-590)."""
-        metadata = self.metadata()
-        return -1 if metadata is None else metadata.controller_id
+        """The active controller (the quorum's Raft leader, by DescribeQuorum), -1 during an
+        election. Metadata's ControllerId would name a live broker then (KIP-590 forwarding)."""
+        running = [address for node_id, address in self.addresses.items() if self.nodes[node_id].running]
+        found = active_controller_id(running)
+        return -1 if found is None else found
 
     def running_brokers(self) -> list[int]:
         return [node_id for node_id in self.broker_ids if self.nodes[node_id].running]

@@ -2,7 +2,8 @@
 (as kafka-consumer-groups.sh does).
 
 `describe` joins three answers: the group's members and assignments (DescribeGroups), its
-committed offsets (OffsetFetch) and each partition's high watermark (ListOffsets); the lag
+committed offsets (OffsetFetch, by a consumer that does not join the group; rdkafka.py says
+why not the admin client's) and each partition's high watermark (ListOffsets); the lag
 is high watermark minus committed offset. `reset-offsets` first computes a plan (a pure
 function, `plan_reset`), prints it, and applies it only with --execute.
 """
@@ -12,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import click
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka.protocol.api_key import ApiKey
 
+from kspec.ops import rdkafka
 from kspec.ops.common import (EXIT_CODES_EPILOG, REQUEST_TIMEOUT_S, BadUsage, ConnectionWatch, OpsError, OpsGroup,
                               broker_error,
                               await_metadata, bootstrap_option, client_config, print_table, require_api, require_topic, result)
@@ -74,11 +76,20 @@ def describe_group(admin: AdminClient, group: str):
                   admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)[group])
 
 
-def committed_offsets(admin: AdminClient, group: str) -> dict[TopicPartition, int]:
-    request = [ConsumerGroupTopicPartitions(group)]
-    answer = result(f"cannot fetch committed offsets of group {group!r}",
-                    admin.list_consumer_group_offsets(request, request_timeout=REQUEST_TIMEOUT_S)[group])
-    return {TopicPartition(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions}
+def committed_offsets(bootstrap: str, group: str, partitions) -> dict[TopicPartition, int]:
+    """The group's committed offsets of these partitions (those it has one for), by one OffsetFetch
+    from a consumer that does not join the group; not the admin client's ListConsumerGroupOffsets,
+    which crashes the process when a moving coordinator answers NOT_COORDINATOR (rdkafka.py)."""
+    config = client_config(bootstrap, ConnectionWatch(), **{"group.id": group})
+    what = f"cannot fetch committed offsets of group {group!r}"
+    try:
+        answer = rdkafka.committed_offsets(config, [(tp.topic, tp.partition) for tp in partitions], REQUEST_TIMEOUT_S)
+    except KafkaException as e:
+        raise broker_error(what, e) from None
+    failed = [tp for tp in answer if tp.error is not None]
+    if failed:
+        raise broker_error(f"{what} ({failed[0].topic}-{failed[0].partition})", failed[0].error)
+    return {TopicPartition(tp.topic, tp.partition): tp.offset for tp in answer if tp.offset >= 0}
 
 
 def list_offsets(admin: AdminClient, partitions, spec_for) -> dict[TopicPartition, int]:
@@ -100,15 +111,18 @@ def describe(group: str, bootstrap: str) -> None:
     Example:
       kspec groups describe billing -b 127.0.0.1:9092
     """
-    admin, _ = connect(bootstrap)
+    admin, metadata = connect(bootstrap)
     description = describe_group(admin, group)
-    committed = committed_offsets(admin, group)
-    if description.state == ConsumerGroupState.DEAD and not committed:
-        raise OpsError(f"consumer group {group!r} does not exist; list groups with `kspec groups list`")
     owner = {}
     for member in description.members:
         for tp in member.assignment.topic_partitions:
             owner[TopicPartition(tp.topic, tp.partition)] = member
+    # OffsetFetch names its partitions: the assigned ones and every one in the cluster's metadata,
+    # which covers all a group can have committed for (Kafka drops a deleted topic's offsets).
+    in_cluster = {TopicPartition(name, p) for name, topic in metadata.topics.items() for p in topic.partitions}
+    committed = committed_offsets(bootstrap, group, sorted(in_cluster | set(owner), key=lambda tp: (tp.topic, tp.partition)))
+    if description.state == ConsumerGroupState.DEAD and not committed:
+        raise OpsError(f"consumer group {group!r} does not exist; list groups with `kspec groups list`")
     partitions = sorted(set(committed) | set(owner), key=lambda tp: (tp.topic, tp.partition))
     high_watermarks = list_offsets(admin, partitions, lambda tp: OffsetSpec.latest())
     coordinator = description.coordinator.id if description.coordinator else None
@@ -214,7 +228,7 @@ def reset_offsets(group: str, bootstrap: str, topic_names: tuple[str, ...], to_e
     at_timestamp = (list_offsets(admin, partitions, lambda tp: OffsetSpec.for_timestamp(target.value))
                     if target.kind == "timestamp" else {})
     plan = plan_reset(target, log_start, high_watermark, at_timestamp)
-    current = committed_offsets(admin, group)
+    current = committed_offsets(bootstrap, group, partitions)
     print_table(["TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET"],
                 [[tp.topic, tp.partition, current.get(tp, NO_OFFSET) if current.get(tp, NO_OFFSET) >= 0 else None,
                   plan[tp]] for tp in plan])

@@ -140,16 +140,17 @@ class Elections:
 
     @property
     def _quorum_deadline_ms(self) -> int:
-        """When the leader resigns unless more voters fetch: the fetch timeout after the latest
-        fetch that, with the leader itself, makes a majority (never, as the only voter)."""
+        """When the leader resigns unless more voters fetch: the check-quorum timeout (1.5x the
+        fetch timeout, as Kafka's) after the latest fetch that, with the leader itself, makes a
+        majority (never, as the only voter)."""
         if self.majority == 1:
             return NO_DEADLINE_MS
         heard_ms = sorted(self._voter_last_fetch_ms.values(), reverse=True)
-        return heard_ms[self.majority - 2] + self.config.fetch_timeout_ms
+        return heard_ms[self.majority - 2] + self.config.check_quorum_timeout_ms
 
     def _check_quorum(self, now_ms: int) -> None:
-        """A leader that has not heard from a majority within the fetch timeout resigns, so a
-        partitioned leader stops answering for the quorum."""
+        """A leader that has not heard from a majority within the check-quorum timeout resigns,
+        so a partitioned leader stops answering for the quorum."""
         if now_ms >= self._quorum_deadline_ms:
             self._become_follower(self.epoch, NO_LEADER, now_ms)
 

@@ -106,6 +106,9 @@ class VoterState:
     last_caught_up_ms: int  # the last fetch that asked for the leader's end offset; -1: never
 
 
+CHECK_QUORUM_TIMEOUT_FACTOR = 1.5  # Kafka's LeaderState: the leader's quorum check, in fetch timeouts
+
+
 @dataclass(frozen=True)
 class RaftConfig:
     election_timeout_ms: int = 1_000  # controller.quorum.election.timeout.ms
@@ -118,6 +121,14 @@ class RaftConfig:
         500 ms against its 2 s default), so a follower is heard several times within the timeout
         that makes the leader resign (check quorum) or another voter grant a pre-vote."""
         return self.fetch_timeout_ms // 4
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        """How long a leader stays in office without hearing from a majority of the voters: 1.5x
+        the fetch timeout, as Kafka's LeaderState (CHECK_QUORUM_TIMEOUT_FACTOR, "to tolerate some
+        network transition time or other IO time"), so a follower's Fetch that was a little late
+        does not unseat a leader the others still follow."""
+        return int(self.fetch_timeout_ms * CHECK_QUORUM_TIMEOUT_FACTOR)
 
     @property
     def fetch_request_timeout_ms(self) -> int:

@@ -25,19 +25,21 @@ import struct
 import uuid
 
 from reference.handlers.context import CloseConnection
+from reference.handlers.error_responses import error_response
 from reference.node.broker import TopicPartition
 from reference.protocol.api_keys import ApiKey
 from reference.protocol.errors import ErrorCode, KafkaError
 from reference.protocol.headers import parse_request_header
+from reference.protocol.messages import decode_request, encode_response_chunks
 from reference.security.inter_node import CONTROLLER
 from reference.security.session import Session
 from reference.server.peers import PEER_ERRORS
 from reference.server.quorum_controller import client_host_address, write_principal
 
-# How long a forwarded admin request waits for an active controller: Kafka's forwarding channel
-# retries for 60 s (BrokerServer, retryTimeoutMs). Metadata names a live broker as ControllerId
-# during an election too, so admin requests arrive here while the quorum has no leader.
-FORWARD_WAIT_S = 60.0
+# How long a forwarded admin request waits for an active controller is kspec.forwarding.timeout.ms:
+# Kafka's forwarding channel retries for 60 s (BrokerServer, retryTimeoutMs). Metadata names a
+# live broker as ControllerId during an election too, so admin requests arrive here while the
+# quorum has no leader.
 FORWARD_RETRY_S = 0.1
 ENVELOPE_VERSION = 0
 ALTER_PARTITION_VERSION = 2  # topic ids; v3 adds the ISR members' broker epochs (KIP-903)
@@ -79,9 +81,12 @@ class ForwardingManager:
         Kafka's forwarding retries on NOT_CONTROLLER (its records may still commit, so a retried
         CreateTopics may find its topic there: TOPIC_ALREADY_EXISTS). One whose records the
         controller did not commit in time (REQUEST_TIMED_OUT; they may still commit) closes the
-        connection with that said, as the client cannot be told which of its changes were made."""
+        connection with that said, as the client cannot be told which of its changes were made.
+        One that finds no active controller within kspec.forwarding.timeout.ms is answered
+        REQUEST_TIMED_OUT in its own response schema, as Kafka's ForwardingManager answers on
+        its channel's timeout: nothing was proposed, and the client may retry."""
         broker, loop = self.server.broker, asyncio.get_running_loop()
-        deadline = loop.time() + FORWARD_WAIT_S
+        deadline = loop.time() + broker.config.kspec_forwarding_timeout_ms / 1000
         while loop.time() < deadline:
             try:
                 if broker.is_active_controller:
@@ -103,7 +108,18 @@ class ForwardingManager:
             except PEER_ERRORS:
                 pass
             await asyncio.sleep(FORWARD_RETRY_S)
-        raise CloseConnection("no active controller to forward to")
+        return self._timed_out(frame)
+
+    def _timed_out(self, frame) -> list:
+        """REQUEST_TIMED_OUT for every part of the request, in the request's own response."""
+        header, body_offset = parse_request_header(frame)
+        request = decode_request(header.api_key, header.api_version, frame[body_offset:])
+        timeout_ms = self.server.broker.config.kspec_forwarding_timeout_ms
+        log.info("%s from %r: no active controller within %d ms; answered REQUEST_TIMED_OUT",
+                 ApiKey(header.api_key).name, header.client_id, timeout_ms)
+        body = error_response(header.api_key, request, ErrorCode.REQUEST_TIMED_OUT,
+                              f"no active controller to forward the request to within {timeout_ms} ms")
+        return encode_response_chunks(header.api_key, header.api_version, header.correlation_id, body)
 
     def close(self) -> None:
         self.channel.close()

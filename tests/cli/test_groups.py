@@ -5,6 +5,8 @@ broker that does not offer consumer groups the commands must say so in one line.
 """
 from __future__ import annotations
 
+import time
+
 import pytest
 from kafka import TopicPartition
 from kafka.protocol.api_key import ApiKey
@@ -13,6 +15,7 @@ from .helpers import kspec, unique_topic
 
 RECORDS = 10
 CONSUMED = 4
+ASSIGNMENT_TIMEOUT_S = 30.0
 GROUPS_MISSING = "the broker does not offer consumer groups yet (no FindCoordinator in its ApiVersions)"
 
 
@@ -63,6 +66,50 @@ def test_consume_in_a_group_commits_and_reports_its_offsets(groups_target, topic
     assert described.returncode == 0, described.stderr
     row = next(line.split() for line in described.stdout.splitlines() if line.split()[:2] == [topic, "0"])
     assert row[2:5] == [str(CONSUMED), str(RECORDS), str(RECORDS - CONSUMED)]  # committed, high watermark, lag
+
+
+def test_describe_shows_assigned_and_committed_partitions_without_joining_the_group(groups_target, topic):
+    """Partitions come from the member's assignment and from OffsetFetch of every partition in the
+    cluster (a topic the group committed for but no longer reads included); the offsets are read
+    by a consumer that never joins, so the live member keeps its assignment alone."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as Partition
+
+    group = unique_topic("described")
+    earlier = unique_topic("earlier")
+    assert kspec("topics", "create", earlier, "-b", groups_target.bootstrap, "--partitions", "1",
+                 "--replication-factor", str(groups_target.node_count)).returncode == 0
+    groups_target.produce(earlier, [(None, b"x", [])] * RECORDS, partition=0)
+    assert kspec("consume", earlier, "-b", groups_target.bootstrap, "--group", group, "--from-beginning",
+                 "--max-messages", str(CONSUMED)).returncode == 0
+    groups_target.produce(topic, [(None, b"y", [])] * RECORDS, partition=0)
+    member = Consumer({"bootstrap.servers": groups_target.bootstrap, "group.id": group, "enable.auto.commit": False,
+                       "auto.offset.reset": "earliest"})
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + ASSIGNMENT_TIMEOUT_S
+        while len(member.assignment()) < 3:
+            assert time.monotonic() < deadline, "the member was not assigned the topic's partitions"
+            member.poll(0.2)
+        member.commit(offsets=[Partition(topic, 0, 1)], asynchronous=False)
+
+        described = kspec("groups", "describe", group, "-b", groups_target.bootstrap)
+        assert described.returncode == 0, described.stderr
+        assert "Members: 1" in described.stdout
+        rows = {(row[0], row[1]): row for row in map(str.split, described.stdout.splitlines()[3:])}
+        assert rows[(earlier, "0")][2:6] == [str(CONSUMED), str(RECORDS), str(RECORDS - CONSUMED), "-"]
+        assert rows[(topic, "0")][2:6] == ["1", str(RECORDS), str(RECORDS - 1), member.memberid()]
+        assert rows[(topic, "1")][2:6] == ["-", "0", "-", member.memberid()]
+        assert rows[(topic, "2")][5] == member.memberid()
+        assert len(rows) == 4, described.stdout
+        admin = groups_target.admin()
+        try:
+            members = admin.describe_groups([group])[group]["members"]
+        finally:
+            admin.close()
+        assert [m["member_id"] for m in members] == [member.memberid()]
+    finally:
+        member.close()
 
 
 def test_reset_offsets_dry_run_changes_nothing_and_execute_applies(groups_target, topic):

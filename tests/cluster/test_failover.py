@@ -18,7 +18,7 @@ from reference.protocol.errors import ErrorCode
 from .conftest import WAIT_S, create_topic, partition_state, produce_acked, read_all, wait_until
 
 OFFLINE_CHECK_S = 4.0  # how long an offline partition is watched to stay offline
-QUORUM_LOST_S = 2.0  # the other voters' pause: past FAST_FAILOVER's 1 s quorum fetch timeout
+QUORUM_LOST_S = 3.0  # the other voters' pause: past FAST_FAILOVER's 1.5 s check-quorum timeout (1.5x its fetch timeout)
 CONTROLLER_FAILOVER_S_MAX = 5.0
 
 

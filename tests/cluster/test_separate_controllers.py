@@ -42,7 +42,7 @@ def describe_quorum(cluster: ClusterProcess):
             with WireClient(cluster.addresses[broker_id], timeout_s=10.0) as wire:
                 response = wire.request(ApiKey.DESCRIBE_QUORUM, 1, {"topics": [
                     {"topic_name": METADATA_TOPIC, "partitions": [{"partition_index": 0}]}]})
-        except OSError:  # the broker closed the connection: no active controller to forward to yet
+        except OSError:  # no answer in time: the broker holds it while it has no active controller to forward to
             continue
         partition = response.topics[0].partitions[0]
         if partition.error_code == 0:

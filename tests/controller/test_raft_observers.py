@@ -74,7 +74,7 @@ def test_observers_count_toward_neither_the_high_watermark_nor_the_leaders_quoru
     quorum.run(300)
     assert leader.high_watermark == high_watermark, "two observers fetched it; no voter did"
     assert all(quorum.nodes[o].log_end_offset == leader.log_end_offset for o in OBSERVERS)
-    quorum.run(leader.config.fetch_timeout_ms + 100)
+    quorum.run(leader.config.check_quorum_timeout_ms + 100)
     assert leader.role is RaftRole.FOLLOWER, "observers' fetches do not keep a leader without a quorum in office"
 
 

@@ -165,18 +165,22 @@ def test_an_idle_quorum_exchanges_two_messages_per_follower_per_max_wait():
     assert len(delivered) == 2 * 2 * rounds, "one fetch and one answer per follower per max wait"
 
 
-def test_a_leader_whose_followers_stop_fetching_resigns_after_the_fetch_timeout():
+def test_a_leader_whose_followers_stop_fetching_resigns_after_one_and_a_half_fetch_timeouts():
     nodes, now_ms = elect()
     nodes[2].tick(now_ms + 30)
     deliver(nodes, now_ms + 30)
     nodes[3].tick(now_ms + 70)
     deliver(nodes, now_ms + 70)
     # Both followers' next fetches are held; the check fails once a majority (itself and one
-    # more) was not heard within fetch_timeout_ms: the most recent fetch decides.
+    # more) was not heard within 1.5x fetch_timeout_ms (Kafka's LeaderState checkQuorumTimeoutMs):
+    # the most recent fetch decides.
     leader = nodes[1]
     leader.tick(now_ms + 70 + CONFIG.fetch_max_wait_ms)
     leader.take_outbox()  # the answers to the held fetches are lost, and the followers stop
-    assert leader.next_tick_ms == now_ms + 70 + CONFIG.fetch_timeout_ms
+    assert CONFIG.check_quorum_timeout_ms == 1_500
+    assert leader.next_tick_ms == now_ms + 70 + CONFIG.check_quorum_timeout_ms
+    leader.tick(now_ms + 70 + CONFIG.fetch_timeout_ms)
+    assert leader.role is RaftRole.LEADER, "one fetch timeout of silence is not yet enough"
     leader.tick(leader.next_tick_ms - 1)
     assert leader.role is RaftRole.LEADER
     leader.tick(leader.next_tick_ms)
