@@ -29,8 +29,8 @@ from spark_validation.judgement import (COUNTED, COUNTS_SCHEMA, LISTED, ROWS_PER
 from spark_validation.consume_counts import CONSUME_SCHEMA, DUP_COUNTS_MAX, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
-from spark_validation.frames import (BUILD, JUDGED, HistoryFrames, RowGroupReader, history_files, read_filtered, read_ipc,
-                                     row_groups)
+from spark_validation.frames import (BUILD, JUDGED, HistoryFrames, RowGroupReader, history_files, read_filtered,
+                                     read_ipc, row_groups)
 from spark_validation.partition_log import PartitionLog
 from spark_validation.linearizability import NONLINEARIZABLE_CAUSES
 from spark_validation.jepsen import JepsenError

@@ -43,7 +43,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, POLL_SCHEMA,
-                                            TIMED_OUT_SCHEMA, TYPE_CODES, PartitionLog, group_ends, group_starts, member, sorted_unique)
+                                            TIMED_OUT_SCHEMA, TYPE_CODES, PartitionLog, group_ends, group_starts,
+                                            member, sorted_unique)
 from spec.history import ASSIGNMENT_FS, CLIENT_FS
 
 TP = ["topic", "partition"]
@@ -241,7 +242,8 @@ class HistoryFrames:
                     started = time.perf_counter()
                     tables = judge(p, tables)
                     seconds[JUDGED] = time.perf_counter() - started
-                results = [(name, took, to_ipc(tables.pop(name)) if name in tables else b"") for name, took in seconds.items()]
+                results = [(name, took, to_ipc(tables.pop(name)) if name in tables else b"")
+                           for name, took in seconds.items()]
                 results += [(name, 0.0, to_ipc(table)) for name, table in tables.items()]
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
                 # one partition's log at a time: dropped before the next is read, its pages given back
@@ -349,6 +351,7 @@ def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, p
         kinds = blobs.pop((topic, partition))  # a partition's blobs are dropped once it is read
         if kinds[MOPS]:
             polls = [read_ipc(payload) for _, payload in sorted(kinds[POLLS])] or [POLL_SCHEMA.empty_table()]
-            timed_out = [read_ipc(payload) for _, payload in sorted(kinds[TIMEOUTS])] or [TIMED_OUT_SCHEMA.empty_table()]
+            timed_out = ([read_ipc(payload) for _, payload in sorted(kinds[TIMEOUTS])]
+                         or [TIMED_OUT_SCHEMA.empty_table()])
             yield (topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(kinds[MOPS])]),
                    pa.concat_tables(polls), pa.concat_tables(timed_out))
