@@ -4,7 +4,9 @@ Input is a kspec history (a folder with history.parquet and optional run.json, o
 Parquet file) or a Jepsen history.edn (imported to Parquet first). Output is
 anomalies.parquet (ANOMALY_SCHEMA), realtime-lag.parquet (lag.LAG_SCHEMA) and
 verdict.json in the output folder: the verdict is valid only when no anomaly violates a
-guarantee. Jepsen's informational outputs ride along in the same pass and never make a
+guarantee. The per-partition checks' rows are judged in the Spark pass (judgement.py); the
+verdict counts every anomaly, and anomalies.parquet lists the first ROWS_PER_KIND_MAX of each
+(verdict "unlisted": how many it left out), so the driver holds no more for a longer history. Jepsen's informational outputs ride along in the same pass and never make a
 history invalid: the worst realtime lag and the consume counts are in the verdict.
 """
 from __future__ import annotations
