@@ -12,6 +12,7 @@ through edn.py, or the common lines vectorised).
     python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 10000000
     python benchmarks/bench_checker.py --edn-only --edn-ops 1000000 --before /tmp/before  # git archive of a commit
     python benchmarks/bench_checker.py --cluster-ops 10000000 --work /tmp/h  # a standalone cluster (checker_cluster.py)
+    python benchmarks/bench_checker.py --anomalous-ops 2000000  # a broker whose fetches skip: many anomaly rows
 
 The history is clean (a correct broker, simulated), 32 partitions, one consumer per
 partition, ~2.5 ops in flight. Each Spark run is a fresh process: times include Spark
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from spark_validation.checker import CHECKS, run_checks
+from spark_validation.checker import CHECKS, PARTITION_CHECKS, run_checks
 from spark_validation.linearizability import LogOp, verify, wgl_search
 from spark_validation.options import RunOptions
 from spark_validation.session import spark_session
@@ -751,6 +752,48 @@ print([ready - started, time.monotonic() - ready])
 """
 
 
+# -- a broker with a systematic bug: many anomaly rows ---------------------------------------------
+SKIPPED_OFFSET_EVERY = 2  # the buggy fetch leaves out records at offsets divisible by this
+
+
+def write_skipping(n_ops: int, path: Path) -> None:
+    """The synthetic history as a broker whose fetches leave out every record at an offset divisible by
+    SKIPPED_OFFSET_EVERY, unless it is the first record a poll returns: most polls skip (int-poll-skip,
+    poll-skip) and a tenth of the values are never read (lost-write), in every partition."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pq.ParquetWriter(path, HISTORY_SCHEMA, compression="zstd") as writer:
+        for table in generate(n_ops):
+            offset = table["offset"]
+            remainder = pc.subtract(offset, pc.multiply(pc.divide(offset, SKIPPED_OFFSET_EVERY), SKIPPED_OFFSET_EVERY))
+            skipped = pc.and_(pc.and_(pc.equal(table["mop_f"], "poll"), pc.greater(table["seq"], 0)),
+                              pc.equal(remainder, 0))
+            writer.write_table(table.filter(pc.invert(pc.fill_null(skipped, False))), row_group_size=ROW_GROUP_ROWS)
+
+
+# the checks whose anomaly rows grow with the history: the per-partition ones, linearizability and the cycle
+# search (the run-level checks read their ops into the driver themselves, a separate matter)
+ANOMALOUS_CHECKS = (*PARTITION_CHECKS, "linearizability", "cycles")
+
+
+def bench_anomalous(n_ops: int, work: Path) -> None:
+    """ANOMALOUS_CHECKS on a history with a systematic bug (write_skipping), in a fresh process: time,
+    anomaly rows found and listed, and the peak memory of the driver and the whole tree."""
+    path = work / f"skipping-{n_ops}.parquet"
+    if not path.exists():
+        child = multiprocessing.get_context("spawn").Process(target=write_skipping, args=(n_ops, path))
+        child.start()
+        child.join()
+        assert child.exitcode == 0, f"generating {n_ops} ops failed"
+    load = load_average()
+    startup_s, total_s, listed, verdict, (own_mb, jvm_mb, workers_mb), total_mb = spark_run(path, ANOMALOUS_CHECKS)
+    found = sum(verdict["anomalies"].values())
+    print(f"\n{n_ops:,} ops, fetches skipping every offset divisible by {SKIPPED_OFFSET_EVERY}: {total_s:.1f} s end "
+          f"to end ({startup_s:.1f} s start-up), {found:,} anomaly rows found ({verdict['anomalies']}), {listed:,} "
+          f"listed; peak memory {total_mb:.0f} MB in all (sampled every {SAMPLE_S} s); peaks of the parts: driver "
+          f"Python {own_mb:.0f} MB, JVM {jvm_mb:.0f} MB, Python workers {workers_mb:.0f} MB; load average before "
+          f"{load}", flush=True)
+
+
 def bench_on_cluster(sizes: list[int], work: Path | None) -> None:
     """The histories are generated (or found in work) before the lock; each check holds it."""
     from benchmarks.checker_cluster import bench_cluster_check, report
@@ -774,9 +817,16 @@ def main() -> None:
                         "same Jepsen files with, in turn with this one")
     parser.add_argument("--work", type=Path, help="keep the generated Jepsen files here (reused by the next run)")
     parser.add_argument("--edn-readers", action="store_true", help="also the import alone with each EDN reader")
+    parser.add_argument("--anomalous-ops", type=int, nargs="+", help="only all checks on a history of this many "
+                        "ops whose broker's fetches skip records (millions of anomaly rows), with the peak memory")
     parser.add_argument("--cluster-ops", type=int, nargs="+", help="only `kspec check --master spark://...` of "
                         "this many ops on a two-worker standalone cluster, with per-process peaks")
     args = parser.parse_args()
+    if args.anomalous_ops:
+        with tempfile.TemporaryDirectory(prefix="kspec-bench-anomalous-") as work:
+            for n in args.anomalous_ops:
+                bench_anomalous(n, args.work or Path(work))
+        return
     if args.cluster_ops:
         bench_on_cluster(args.cluster_ops, args.work)
         return

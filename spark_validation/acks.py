@@ -163,12 +163,14 @@ def _describe(leading: _View | None) -> str:
     if leading is None:
         return "its leader unknown"
     return f"broker {leading.leader} leading at epoch {leading.epoch}"
-def explain(rows: list[dict]) -> None:
+def explain(rows: list[dict], windows: list[dict]) -> None:
     """In an acks=1 run: lost-write and unseen judge DUR-1, which holds only for acks=all, so they
     stay as allowed (this check judges each loss); and a violation whose values include a value lost
-    in the window (its offset then holds a later value: inconsistent-offsets, realtime-order,
-    nonlinearizable) follows from that loss, so it is allowed too, its detail saying so."""
-    window = {(r["topic"], r["partition"], v) for r in rows if r["anomaly"] == "acks1-window-loss" for v in r["values"]}
+    in the window (its acks1-window-loss row among windows; its offset then holds a later value:
+    inconsistent-offsets, realtime-order, nonlinearizable) follows from that loss, so it is allowed
+    too, its detail saying so."""
+    window = {(r["topic"], r["partition"], v) for r in windows if r["anomaly"] == "acks1-window-loss"
+              for v in r["values"]}
     for r in rows:
         if r["anomaly"] in ("lost-write", "unseen"):
             r["violation"], r["detail"] = False, f"acks=1, judged under DUR-2: {r['detail']}"

@@ -4,13 +4,16 @@ Input is a kspec history (a folder with history.parquet and optional run.json, o
 Parquet file) or a Jepsen history.edn (imported to Parquet first). Output is
 anomalies.parquet (ANOMALY_SCHEMA), realtime-lag.parquet (lag.LAG_SCHEMA) and
 verdict.json in the output folder: the verdict is valid only when no anomaly violates a
-guarantee. Jepsen's informational outputs ride along in the same pass and never make a
+guarantee. The per-partition checks' rows are judged in the Spark pass (judgement.py); the
+verdict counts every anomaly, and anomalies.parquet lists the first ROWS_PER_KIND_MAX of each
+(verdict "unlisted": how many it left out), so the driver holds no more for a longer history. Jepsen's informational outputs ride along in the same pass and never make a
 history invalid: the worst realtime lag and the consume counts are in the verdict.
 """
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,13 +26,15 @@ from pyspark.sql import functions as F
 
 from spark_validation import (acks, cycle_search, cycles, durability, epoch_bumps, groups, hanging, isolation, offsets,
                               ordering, power_loss, realtime, replicas, resends, retention)
-from spark_validation.consume_counts import CONSUME_SCHEMA, consume_counts
+from spark_validation.judgement import (COUNTED, COUNTS_SCHEMA, LISTED, ROWS_PER_KIND_MAX, PartitionJudge, Windows,
+                                        explain_allowed, listed_rows, listing_budget)
+from spark_validation.consume_counts import CONSUME_SCHEMA, DUP_COUNTS_MAX, consume_counts
 from spark_validation.lag import LAG_FILE, LAG_SCHEMA, realtime_lag
 from spark_validation.anomalies import ANOMALY_KINDS, ANOMALY_SCHEMA, ROW_SCHEMA
-from spark_validation.frames import (BUILD, HistoryFrames, RowGroupReader, history_files, read_filtered, read_ipc,
-                                     row_groups)
+from spark_validation.frames import (BUILD, JUDGED, HistoryFrames, RowGroupReader, history_files, read_filtered,
+                                     read_ipc, row_groups)
 from spark_validation.partition_log import PartitionLog
-from spark_validation.linearizability import NONLINEARIZABLE_CAUSES, nonlinearizable_rows
+from spark_validation.linearizability import NONLINEARIZABLE_CAUSES
 from spark_validation.jepsen import JepsenError
 from spark_validation.options import SUB_VIA, RunOptions
 from spark_validation.session import spark_session
@@ -39,7 +44,6 @@ HISTORY_FILE = "history.parquet"
 OPTIONS_FILE = "run.json"
 ANOMALIES_FILE = "anomalies.parquet"
 VERDICT_FILE = "verdict.json"
-DUP_COUNTS_MAX = 1024  # consume-count duplicates listed in the verdict; the distribution is exact
 
 # check name -> the per-partition check returning anomaly rows; each is one family of anomalies
 PARTITION_CHECKS = {
@@ -137,7 +141,9 @@ def infer_options(path: Path) -> RunOptions:
 
 
 def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, checks: tuple[str, ...] = CHECKS,
-               progress: Progress | None = None) -> CheckResult:
+               progress: Progress | None = None, rows_per_kind_max: int = ROWS_PER_KIND_MAX) -> CheckResult:
+    """Every check asked for on one history. The verdict counts every anomaly; anomalies lists at most
+    rows_per_kind_max rows of each (judgement.py), the verdict's "unlisted" counting the rest."""
     unknown = set(checks) - set(CHECKS)
     assert not unknown, f"unknown checks {unknown}"
     started = time.monotonic()
@@ -150,69 +156,72 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
         run_found[check] = RUN_CHECKS[check].check(parquet_path, options)
         run_seconds[check] = round(time.monotonic() - t0, 3)
     plan += [c for c, found in run_found.items() if found is not None]
+    windows = [r for found in run_found.values() for r in found or ()]
     jobs = {c: _as_table(PARTITION_CHECKS[c], options) for c in partition_checks}
     if "cycles" in checks:
         jobs[EDGES] = cycles.dependency_edges
     jobs.update({name: job for name, (job, _) in OUTPUTS.items()})
+    judge = PartitionJudge(tuple(partition_checks), frozenset(checks), options, str(parquet_path),
+                           Windows.of(windows), rows_per_kind_max)
     h = HistoryFrames(spark, str(parquet_path.resolve()), int(spark.conf.get("spark.sql.shuffle.partitions")))
-    results = h.per_partition(jobs, h.proven_ops())
+    results = h.per_partition(jobs, h.proven_ops(), judge)
     edge_blobs = results.where(F.col("check") == EDGES)  # searched in Spark: they grow with the history
-    collected = results.select("check", "seconds", F.when(F.col("check") != EDGES, F.col("rows")).alias("rows"))
-    collected = collected.toArrow()
+    # the judged rows stay in Spark too, until the listing takes its few (judgement.listed_rows)
+    collected = results.select("check", "seconds", F.when(~F.col("check").isin(EDGES, LISTED), F.col("rows"))
+                               .alias("rows")).toArrow()
     h.unpersist()
     pass_s = time.monotonic() - started
     found = _by_check(collected)
     outputs = {name: pa.concat_tables(found.pop(name, []) or [schema.empty_table()]).combine_chunks()
                for name, (_, schema) in OUTPUTS.items()}
-    worker_seconds = {check: sum(_seconds(collected, check)) for check in (*jobs, BUILD)}
+    counted = pa.concat_tables(found.pop(COUNTED, []) or [COUNTS_SCHEMA.empty_table()])
+    worker_seconds = {check: sum(_seconds(collected, check)) for check in (*jobs, BUILD, JUDGED)}
     del collected  # the payloads: only the decoded tables are needed now
-    cycles_counted: dict[tuple[str, bool], int] = {}
-    rows: list[dict] = []
-    unchecked: dict[str, str] = {}
     seconds = {"partition-pass": round(pass_s, 3), BUILD: round(worker_seconds[BUILD], 3),
+               JUDGED: round(worker_seconds[JUDGED], 3),
                **{name: round(worker_seconds[name], 3) for name in OUTPUTS}}
+    t0 = time.monotonic()
+    listed = listed_rows(results, listing_budget(counted, plan, rows_per_kind_max), plan)
+    seconds["listing"] = round(time.monotonic() - t0, 3)
+    found_by_check = Counter()
+    for check, n in zip(counted["check"].to_pylist(), counted["rows"].to_pylist()):
+        found_by_check[check] += n
+    cycles_counted: dict[tuple[str, bool], int] = {}
+    driver_rows: list[dict] = []  # the cycles', the replica audit's and the run checks' rows, as planned
+    unchecked: dict[str, str] = {}
     for position, check in enumerate(plan, 1):
         t0 = time.monotonic()
-        if check in PARTITION_CHECKS:
-            tables = found.get(check, [])
-            rows_found = _sorted_rows(pa.concat_tables(tables).to_pylist() if tables else [])
-            seconds[check] = round(worker_seconds[check], 3)
+        rows_found: list[dict] = []
+        if check in PARTITION_CHECKS or check == "linearizability":  # found and judged in the pass
+            seconds[check] = round(worker_seconds.get(check, 0.0), 3)
         elif check in RUN_CHECKS:
             rows_found = run_found[check]
             seconds[check] = run_seconds[check]
         elif check == "replicas":  # the replica audit, leader epochs, malformed traffic (spark_validation/replicas.py)
             rows_found, unchecked = replicas.check(parquet_path, options.compacted)
             seconds[check] = round(time.monotonic() - t0, 3)
-        elif check == "linearizability":
-            rows_found = nonlinearizable_rows(rows)
-            seconds[check] = round(time.monotonic() - t0, 3)
         else:
             rows_found, cycles_counted = cycle_search.search(spark, edge_blobs, parquet_path, options)
             seconds[check] = round(time.monotonic() - t0 + worker_seconds[EDGES], 3)
-        rows.extend(rows_found)
+        driver_rows.extend(rows_found)
         if progress:
-            progress(check, position, len(plan), len(rows_found), seconds[check])
+            progress(check, position, len(plan), found_by_check[check] + len(rows_found), seconds[check])
     results.unpersist()
-    # a duplicate the application caused by resending after a client timeout, or the client by resending
-    # after a producer epoch bump, is allowed (IDM-1), and
-    # the partition's linearizability is judged again without it
-    if resends.explain(rows, parquet_path) and "linearizability" in plan:
-        rows = [r for r in rows if r["anomaly"] != "nonlinearizable"] + nonlinearizable_rows(
-            [r for r in rows if r["violation"]])
-    # causes computed only to decide linearizability are not reported unless asked for
-    rows = [r for r in rows if r["anomaly"] not in NONLINEARIZABLE_CAUSES or r["anomaly"] in checks]
-    if options.acks == "1":
-        acks.explain(rows)
-    if options.compacted:
-        retention.explain(rows)
-    power_loss.explain(rows)
-    hanging.explain(rows)
-    for r in rows:
+    explain_allowed(driver_rows, windows, options)
+    counts = Counter()
+    for anomaly, violation, n in zip(*(counted[c].to_pylist() for c in ("anomaly", "violation", "rows"))):
+        counts[(anomaly, violation)] += n
+    counts.update((r["anomaly"], r["violation"]) for r in driver_rows)
+    # cycles found beyond the rows the search listed (cycle_search.CYCLE_ROWS_MAX) count too
+    cycles_listed = Counter((r["anomaly"], r["violation"]) for r in driver_rows)
+    for key, n in cycles_counted.items():
+        counts[key] += max(n - cycles_listed[key], 0)
+    listed += _first_of_each_kind(driver_rows, rows_per_kind_max, Counter(r["anomaly"] for r in listed))
+    for r in listed:
         r["guarantee"] = ANOMALY_KINDS[r["anomaly"]].guarantee_id
-    table = pa.Table.from_pylist(rows, schema=ANOMALY_SCHEMA)
+    table = pa.Table.from_pylist(listed, schema=ANOMALY_SCHEMA)
     reported = [c for c in plan if c in checks]
-    verdict = _verdict(parquet_path, options, reported, table, seconds, time.monotonic() - started)
-    _add_unlisted(verdict, table, cycles_counted)
+    verdict = _verdict(parquet_path, options, reported, counts, table, seconds, time.monotonic() - started)
     # a guarantee the history holds nothing to check is not held but unchecked, and the verdict says why
     for guarantee_id in unchecked:
         if verdict["guarantees"].get(guarantee_id, {}).get("status") == "held":
@@ -225,6 +234,17 @@ def run_checks(spark: SparkSession, parquet_path: Path, options: RunOptions, che
     verdict["realtime-lag"] = _worst_lag(outputs["realtime-lag"])
     verdict["consume-counts"] = _consume_counts(outputs["consume-counts"])
     return CheckResult(table, verdict, outputs["realtime-lag"])
+
+
+def _first_of_each_kind(rows: list[dict], rows_per_kind_max: int, listed: Counter) -> list[dict]:
+    """The rows the listing keeps, in order: of each anomaly, the first until rows_per_kind_max are
+    listed (listed: how many of each the listing holds already)."""
+    kept = []
+    for r in rows:
+        if listed[r["anomaly"]] < rows_per_kind_max:
+            listed[r["anomaly"]] += 1
+            kept.append(r)
+    return kept
 
 
 def _worst_lag(lag: pa.Table) -> dict:
@@ -240,7 +260,7 @@ def _consume_counts(counts: pa.Table) -> dict:
     """Jepsen's consume-counts: {distribution: {count: triples}, dup-counts: {topic-partition: {value: count}}}."""
     distribution: dict[int, int] = {}
     dup_counts: dict[str, dict[int, int]] = {}
-    for r in counts.to_pylist():
+    for r in counts.sort_by([("topic", "ascending"), ("partition", "ascending"), ("value", "ascending")]).to_pylist():
         if r["value"] is None:
             distribution[r["count"]] = distribution.get(r["count"], 0) + r["triples"]
         elif sum(map(len, dup_counts.values())) < DUP_COUNTS_MAX:
@@ -255,10 +275,10 @@ def _as_table(check: Callable[[PartitionLog, RunOptions], list[dict]], options: 
 
 
 def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
-    """The anomaly rows of each check (the dependency edges stayed in Spark)."""
+    """The tables the pass gave back, by check (the dependency edges and listed rows stayed in Spark)."""
     found: dict[str, list[pa.Table]] = {}
     for check, payload in zip(results.column("check").to_pylist(), results.column("rows")):
-        if check in (EDGES, BUILD):
+        if not payload.is_valid or not payload.as_py():  # the edges, and checks whose rows were judged
             continue
         table = read_ipc(payload.as_buffer())
         if table.num_rows:
@@ -266,32 +286,9 @@ def _by_check(results: pa.Table) -> dict[str, list[pa.Table]]:
     return found
 
 
-def _add_unlisted(verdict: dict, table: pa.Table, counted: dict[tuple[str, bool], int]) -> None:
-    """Cycles found beyond the rows listed (cycle_search.CYCLE_ROWS_MAX) still count in the verdict."""
-    listed: dict[tuple[str, bool], int] = {}
-    for anomaly, violation in zip(table["anomaly"].to_pylist(), table["violation"].to_pylist()):
-        listed[(anomaly, violation)] = listed.get((anomaly, violation), 0) + 1
-    unlisted = {key: n - listed.get(key, 0) for key, n in counted.items() if n > listed.get(key, 0)}
-    for (anomaly, violation), n in sorted(unlisted.items()):
-        verdict["anomalies"][anomaly] = verdict["anomalies"].get(anomaly, 0) + n
-        verdict.setdefault("unlisted", {})[anomaly] = verdict.get("unlisted", {}).get(anomaly, 0) + n
-        if violation:
-            verdict["valid"] = False
-            verdict["violations"][anomaly] = verdict["violations"].get(anomaly, 0) + n
-            guarantee = ANOMALY_KINDS[anomaly].guarantee_id
-            entry = verdict["guarantees"].setdefault(guarantee, {"status": "violated", "anomalies": {}})
-            entry["status"] = "violated"
-            entry["anomalies"][anomaly] = entry["anomalies"].get(anomaly, 0) + n
-
-
 def _seconds(results: pa.Table, check: str) -> list[float]:
     return [s for c, s in zip(results.column("check").to_pylist(), results.column("seconds").to_pylist())
             if c == check]
-
-
-def _sorted_rows(rows: list[dict]) -> list[dict]:
-    """Rows in a fixed order (partitions arrive in any order): by partition, then as the check listed them."""
-    return sorted(rows, key=lambda r: (r["topic"] or "", r["partition"] if r["partition"] is not None else -1))
 
 
 def _completions(parquet_path: Path) -> int:
@@ -310,33 +307,36 @@ def history_rows(parquet_path: Path) -> int:
     return sum(pq.ParquetFile(file).metadata.num_rows for file in history_files(parquet_path))
 
 
-def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], table: pa.Table,
+def _verdict(parquet_path: Path, options: RunOptions, plan: list[str], counts: Counter, table: pa.Table,
              seconds: dict[str, float], total_s: float) -> dict:
-    rows = table.to_pylist()
-    counts: dict[str, int] = {}
-    violations: dict[str, int] = {}
+    """counts: every anomaly found, by (anomaly, violation); table: the rows listed (those not are "unlisted")."""
+    listed = Counter(table["anomaly"].to_pylist())
+    kinds = list(dict.fromkeys([*listed, *sorted(a for a, _ in counts)]))  # in the listing's order
+    anomalies = {a: sum(counts[(a, v)] for v in (False, True)) for a in kinds}
+    violations = {a: counts[(a, True)] for a in kinds if counts[(a, True)]}
     by_guarantee: dict[str, dict] = {}
-    for r in rows:
-        counts[r["anomaly"]] = counts.get(r["anomaly"], 0) + 1
-        if r["violation"]:
-            violations[r["anomaly"]] = violations.get(r["anomaly"], 0) + 1
-            entry = by_guarantee.setdefault(r["guarantee"], {"status": "violated", "anomalies": {}})
-            entry["anomalies"][r["anomaly"]] = entry["anomalies"].get(r["anomaly"], 0) + 1
+    for anomaly, n in violations.items():
+        entry = by_guarantee.setdefault(ANOMALY_KINDS[anomaly].guarantee_id, {"status": "violated", "anomalies": {}})
+        entry["anomalies"][anomaly] = n
     for kind in ANOMALY_KINDS.values():
         if kind.guarantee_id and kind.guarantee_id not in by_guarantee and _checked(kind.name, plan):
             by_guarantee[kind.guarantee_id] = {"status": "held", "anomalies": {}}
-    return {
+    verdict = {
         "valid": not violations,
         "history": str(parquet_path),
         "ops": _completions(parquet_path),
         "rows": history_rows(parquet_path),
         "options": options.to_json(),
         "checks": plan,
-        "anomalies": counts,
+        "anomalies": {a: n for a, n in anomalies.items() if n},
         "violations": violations,
         "guarantees": dict(sorted(by_guarantee.items())),
         "seconds": {**seconds, "total": round(total_s, 3)},
     }
+    unlisted = {a: n - listed[a] for a, n in anomalies.items() if n > listed[a]}
+    if unlisted:  # beyond ROWS_PER_KIND_MAX rows of a kind, or cycle_search.CYCLE_ROWS_MAX cycles
+        verdict["unlisted"] = unlisted
+    return verdict
 
 
 FAMILY_OF = {

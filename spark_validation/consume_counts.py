@@ -7,7 +7,9 @@ distribution {count: number of (process, partition, value)} and, for every value
 process read more than once, that count (the highest over processes).
 
 Rows are (topic, partition, value, count, triples): a distribution row has no value and
-the number of triples read `count` times; a duplicate row has the value and its count.
+the number of triples read `count` times; a duplicate row has the value and its count. The
+verdict lists at most DUP_COUNTS_MAX duplicates (the first by topic, partition and value), so a
+partition gives at most that many (its lowest values): the distribution counts them all.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from spark_validation.partition_log import OK, POLL, TXN, PartitionLog, distinct
 
 CONSUME_SCHEMA = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("value", pa.int64()),
                             ("count", pa.int64()), ("triples", pa.int64())])
+DUP_COUNTS_MAX = 1024  # duplicates listed in the verdict (and given by one partition)
 
 
 def consume_counts(p: PartitionLog) -> pa.Table:
@@ -35,7 +38,7 @@ def consume_counts(p: PartitionLog) -> pa.Table:
     dup = np.flatnonzero(count > 1)
     dup_value, dup_count = value[starts][dup], count[dup]
     by_value = np.lexsort((-dup_count, dup_value))
-    highest = by_value[group_starts(dup_value[by_value])]
+    highest = by_value[group_starts(dup_value[by_value])][:DUP_COUNTS_MAX]  # ascending by value
     values = np.concatenate([np.zeros(len(counts), np.int64), dup_value[highest]])
     rows = len(counts) + len(highest)
     return pa.table({"topic": pa.array([p.topic] * rows, pa.string()),

@@ -74,8 +74,17 @@ def segment_dirs(history_path: Path, topic: str, partition: int) -> list[Path]:
 def writers(history_path: Path, topic: str, partition: int, offsets: list[int]) -> list[Writer] | None:
     """The writer of each offset, read from the first replica whose segments hold them all; None
     when no replica does (no segment files: a foreign broker)."""
-    for directory in segment_dirs(history_path, topic, partition):
-        batches = [b for segment in sorted(directory.glob("*.log")) for b in read_batches(segment)]
+    return _writers_in(_replica_batches(history_path, topic, partition), offsets)
+
+
+def _replica_batches(history_path: Path, topic: str, partition: int) -> list[list[tuple[int, int, int, int, int]]]:
+    """The batch headers of each replica of one partition (read_batches), in segment order."""
+    return [[b for segment in sorted(directory.glob("*.log")) for b in read_batches(segment)]
+            for directory in segment_dirs(history_path, topic, partition)]
+
+
+def _writers_in(replicas: list[list[tuple[int, int, int, int, int]]], offsets: list[int]) -> list[Writer] | None:
+    for batches in replicas:
         found = []
         for offset in offsets:
             batch = next((b for b in batches if b[0] <= offset <= b[1]), None)
@@ -90,10 +99,15 @@ def writers(history_path: Path, topic: str, partition: int, offsets: list[int]) 
 
 def explain(duplicates: list[dict], history_path: Path) -> set[tuple[str, int, int]]:
     """Turn each duplicate whose copies one producer wrote in different epochs into
-    duplicate-after-epoch-bump (allowed); the (topic, partition, value) of each row changed."""
+    duplicate-after-epoch-bump (allowed); the (topic, partition, value) of each row changed. Each
+    partition's segments are read once, however many of its values are duplicated."""
     bumped = set()
+    replicas: dict[tuple[str, int], list] = {}
     for r in duplicates:
-        copies = writers(history_path, r["topic"], r["partition"], list(r["offsets"]))
+        where = (r["topic"], r["partition"])
+        if where not in replicas:
+            replicas[where] = _replica_batches(history_path, *where)
+        copies = _writers_in(replicas[where], list(r["offsets"]))
         if not copies or len({c.producer_id for c in copies}) != 1 or copies[0].producer_id < 0 \
                 or len({c.producer_epoch for c in copies}) != len(copies):
             continue

@@ -8,12 +8,15 @@ every per-partition check on each group in one pass (mapInArrow, numpy inside).
    row per mop) and cached on local disk: every partition's mops now sit in one Spark partition.
 3. Each task joins its blobs per topic-partition into a PartitionLog and runs the checks.
 
-Three things cross partitions, and all are small or go through the same shuffle:
+Four things cross partitions, and all are small or go through the same shuffle:
 - assignments: ok/info assign and subscribe ops and the partitions each retains, read
   first (a scan of a few columns) and given to every task.
 - assigned polls: per topic-partition, the ok polls of processes that had it assigned
   (by their last ok assign), for the realtime lag of polls that read nothing there;
   emitted beside the mops blobs, so the one shuffle brings them to their partition.
+- timed-out sends: per topic-partition, (op, value) of each send its client reported timed out
+  to the application (listed in the extra of the op's first row), for the resends the judgement
+  explains (resends.py); emitted beside the mops blobs like the assigned polls.
 - proven ops: info ops with a send that some ok op read, in any partition; their sends
   must have committed (an info op's outcome is unknown until a read proves it). Found by
   one more pass over the cached blobs, only when the history has info sends.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -38,16 +42,17 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, POLL_SCHEMA, TYPE_CODES,
-                                            PartitionLog, group_ends, group_starts, member, sorted_unique)
+from spark_validation.partition_log import (F_CODES, INFO, MOP_SCHEMA, NO_NS, NO_OFFSET, OK, POLL_SCHEMA,
+                                            TIMED_OUT_SCHEMA, TYPE_CODES, PartitionLog, group_ends, group_starts,
+                                            member, sorted_unique)
 from spec.history import ASSIGNMENT_FS, CLIENT_FS
 
 TP = ["topic", "partition"]
 READ_COLUMNS = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
-                "value", "offset", "rebalanced"]
+                "value", "offset", "rebalanced", "extra"]
 STRING_COLUMNS = ["type", "f", "mop_f", "topic"]  # read as dictionaries: few distinct values
 ASSIGNMENT_COLUMNS = ["index", "seq", "process", "type", "f", "topic", "partition"]
-MOPS, POLLS = "mops", "polls"  # kinds of blob
+MOPS, POLLS, TIMEOUTS = "mops", "polls", "timeouts"  # kinds of blob
 BLOB_DDL = "kind string, topic string, partition int, row_group int, info_sends long, payload binary"
 BLOB_SCHEMA = pa.schema([("kind", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                          ("row_group", pa.int32()), ("info_sends", pa.int64()), ("payload", pa.binary())])
@@ -58,11 +63,13 @@ ASSIGNMENT_DDL = "index long, seq int, process long, type string, f string, topi
 RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
 RESULT_DDL = "check string, seconds double, rows binary"
 BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
+JUDGED = "judgement"  # the result row that times the judge of each partition's rows (no rows)
 IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
 _MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)  # glibc only
 OP_KEY_SPAN = 1 << 36  # (process, op index) as one int64: process * OP_KEY_SPAN + index
 
 PartitionCheck = Callable[[PartitionLog], pa.Table]
+Judge = Callable[[PartitionLog, dict[str, pa.Table]], dict[str, pa.Table]]
 
 
 def history_files(path: str | Path) -> list[str]:
@@ -194,7 +201,7 @@ class HistoryFrames:
             return np.zeros(0, np.int64)
 
         def proven_here(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for _, _, mops, _ in _partitions(batches):
+            for _, _, mops, _, _ in _partitions(batches):
                 is_send, type_, value = mops["is_send"].to_numpy(), mops["type"].to_numpy(), mops["value"].to_numpy()
                 ok_read = sorted_unique(value[(type_ == OK) & ~is_send])
                 read = (type_ == INFO) & is_send & member(ok_read, value)
@@ -203,9 +210,12 @@ class HistoryFrames:
         proven = self.blobs.where(F.col("kind") == MOPS).mapInArrow(proven_here, "index long").toArrow()
         return sorted_unique(proven.column("index").to_numpy())
 
-    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray) -> DataFrame:
+    def per_partition(self, checks: dict[str, PartitionCheck], proven_ops: np.ndarray,
+                      judge: Judge | None = None) -> DataFrame:
         """Every check on every topic-partition: RESULT_SCHEMA rows, cached on local disk once an
-        action computes them (the caller takes the small ones, the cycle search the edges)."""
+        action computes them (the caller takes the small ones, the cycle search the edges). A judge
+        gets each partition's tables and returns the tables kept in their place (judgement.py): a
+        check whose table it takes keeps a row of its seconds, with an empty payload."""
         assignments = self.assignments
         assignment_ops = assignments.filter(pc.equal(assignments["seq"], 0))
         assign_index = assignment_ops["index"].to_numpy()
@@ -216,21 +226,28 @@ class HistoryFrames:
         subscribed = (subscribes["process"].to_numpy(), subscribes["index"].to_numpy())
 
         def check_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for topic, partition, mops, polls in _partitions(batches):
+            for topic, partition, mops, polls, timed_out in _partitions(batches):
                 keeps = [r["index"] for r in retained
                          if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)]
                 dropped = ~np.isin(assign_index, keeps)
                 started = time.perf_counter()
                 p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]),
-                                 polls, subscribed)
-                results = [(BUILD, time.perf_counter() - started, b"")]
+                                 polls, subscribed, timed_out)
+                seconds, tables = {BUILD: time.perf_counter() - started}, {}
                 for name, check in checks.items():
                     started = time.perf_counter()
-                    table = check(p)
-                    results.append((name, time.perf_counter() - started, to_ipc(table)))
+                    tables[name] = check(p)
+                    seconds[name] = time.perf_counter() - started
+                if judge is not None:
+                    started = time.perf_counter()
+                    tables = judge(p, tables)
+                    seconds[JUDGED] = time.perf_counter() - started
+                results = [(name, took, to_ipc(tables.pop(name)) if name in tables else b"")
+                           for name, took in seconds.items()]
+                results += [(name, 0.0, to_ipc(table)) for name, table in tables.items()]
                 yield pa.RecordBatch.from_arrays([pa.array(c) for c in zip(*results)], schema=RESULT_SCHEMA)
                 # one partition's log at a time: dropped before the next is read, its pages given back
-                del p, mops, polls, results
+                del p, mops, polls, tables, results
                 release_memory()
 
         return self.blobs.mapInArrow(check_partitions, RESULT_DDL).persist(StorageLevel.DISK_ONLY)
@@ -295,28 +312,46 @@ def _blob_batch(rows: pa.Table, row_group: int, current: CurrentAssignment) -> p
         partitions.append(partition)
         info_sends.append(int(((mops["type"].to_numpy() == INFO) & mops["is_send"].to_numpy()).sum()))
         payloads.append(to_ipc(mops))
-    for topic, partition, polls in current.polls(rows):
-        kinds.append(POLLS)
-        topics.append(topic)
-        partitions.append(partition)
-        info_sends.append(0)
-        payloads.append(to_ipc(polls))
+    for kind, found in ((POLLS, current.polls(rows)), (TIMEOUTS, timed_out_sends(rows))):
+        for topic, partition, table in found:
+            kinds.append(kind)
+            topics.append(topic)
+            partitions.append(partition)
+            info_sends.append(0)
+            payloads.append(to_ipc(table))
     return pa.RecordBatch.from_pydict({"kind": kinds, "topic": topics, "partition": partitions,
                                        "row_group": [row_group] * len(kinds), "info_sends": info_sends,
                                        "payload": payloads}, schema=BLOB_SCHEMA)
 
 
-def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table]]:
-    """(topic, partition, all its mops in history order, its assigned polls) from the blobs of one
-    Spark partition; a partition with polls but no mops has nothing to check."""
+def timed_out_sends(rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, TIMED_OUT_SCHEMA rows) for the send ops in rows whose completion reported
+    records timed out: their first row's extra lists them, "timed_out": [[topic, partition, value], ...]
+    (faults/workload.py)."""
+    reported = rows.filter(pc.fill_null(pc.and_(
+        pc.and_(pc.equal(rows["seq"], 0), pc.and_(pc.equal(rows["f"], "send"), pc.not_equal(rows["type"], "invoke"))),
+        pc.match_substring(rows["extra"], "timed_out")), False))
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for index, extra in zip(reported["index"].to_pylist(), reported["extra"].to_pylist()):
+        for topic, partition, value in json.loads(extra).get("timed_out", ()):
+            by_partition.setdefault((topic, partition), []).append((index, value))
+    for (topic, partition), sends in sorted(by_partition.items()):
+        yield topic, partition, pa.table(list(zip(*sends)), schema=TIMED_OUT_SCHEMA)
+
+
+def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table, pa.Table]]:
+    """(topic, partition, all its mops in history order, its assigned polls, its timed-out sends) from
+    the blobs of one Spark partition; a partition with polls but no mops has nothing to check."""
     blobs: dict[tuple[str, int], dict[str, list[tuple[int, bytes]]]] = {}
     for batch in batches:
         for kind, topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
                                                                 ("kind", "topic", "partition", "row_group", "payload"))):
-            blobs.setdefault((topic, partition), {MOPS: [], POLLS: []})[kind].append((row_group, payload))
+            blobs.setdefault((topic, partition), {MOPS: [], POLLS: [], TIMEOUTS: []})[kind].append((row_group, payload))
     for topic, partition in sorted(blobs):
         kinds = blobs.pop((topic, partition))  # a partition's blobs are dropped once it is read
         if kinds[MOPS]:
             polls = [read_ipc(payload) for _, payload in sorted(kinds[POLLS])] or [POLL_SCHEMA.empty_table()]
+            timed_out = ([read_ipc(payload) for _, payload in sorted(kinds[TIMEOUTS])]
+                         or [TIMED_OUT_SCHEMA.empty_table()])
             yield (topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(kinds[MOPS])]),
-                   pa.concat_tables(polls))
+                   pa.concat_tables(polls), pa.concat_tables(timed_out))

@@ -94,10 +94,10 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     return found
 
 
-def explain(rows: list[dict]) -> None:
-    """unseen/lost-write rows whose every value is at or above a hanging transaction's LSO on its
-    partition are hidden, not lost: allowed, the detail saying behind what."""
-    hanging = {(r["topic"], r["partition"]): r["offsets"][0] for r in rows if r["anomaly"] in ANOMALIES}  # the LSOs
+def explain(rows: list[dict], windows: list[dict]) -> None:
+    """unseen/lost-write rows whose every value is at or above the LSO of a hanging transaction (its row
+    among windows) on its partition are hidden, not lost: allowed, the detail saying behind what."""
+    hanging = {(r["topic"], r["partition"]): r["offsets"][0] for r in windows if r["anomaly"] in ANOMALIES}  # LSOs
     for r in rows:
         stable = hanging.get((r["topic"], r["partition"]))
         if (stable is None or not r["violation"] or r["anomaly"] not in ("unseen", "lost-write")

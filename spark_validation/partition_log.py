@@ -40,6 +40,8 @@ MOP_SCHEMA = pa.schema([
 # the ok polls and txns of processes that had the partition assigned
 POLL_SCHEMA = pa.schema([("index", pa.int64()), ("process", pa.int64()), ("invoke_ns", pa.int64())])
 NONE = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+# (op, value) of the sends its client reported timed out to the application
+TIMED_OUT_SCHEMA = pa.schema([("index", pa.int64()), ("value", pa.int64())])
 
 
 def distinct_rows(*columns: np.ndarray) -> np.ndarray:
@@ -106,10 +108,10 @@ class PartitionLog:
 
     def __init__(self, topic: str, partition: int, mops: pa.Table, proven_ops: np.ndarray,
                  resets: tuple[np.ndarray, np.ndarray] = NONE, assigned_polls: pa.Table | None = None,
-                 subscribed: tuple[np.ndarray, np.ndarray] = NONE):
+                 subscribed: tuple[np.ndarray, np.ndarray] = NONE, timed_out_sends: pa.Table | None = None):
         """mops in MOP_SCHEMA; proven_ops: info ops proven committed; resets: (process, op index) of the
         assign/subscribe ops that dropped this partition; assigned_polls in POLL_SCHEMA; subscribed:
-        (process, op index) of every ok subscribe."""
+        (process, op index) of every ok subscribe; timed_out_sends in TIMED_OUT_SCHEMA."""
         self.topic, self.partition = topic, partition
         self.resets = resets
         self.subscribed = subscribed
@@ -123,6 +125,12 @@ class PartitionLog:
             setattr(self, name, column[order])
         self.n = len(order)
         self.is_read = ~self.is_send
+        self.timed_out = np.zeros(self.n, bool)  # a send reported timed out to the application
+        if timed_out_sends is not None and timed_out_sends.num_rows:
+            reported = set(zip(timed_out_sends["index"].to_pylist(), timed_out_sends["value"].to_pylist()))
+            for row in np.flatnonzero(self.is_send & member(sorted_unique(timed_out_sends["index"].to_numpy()),
+                                                            self.index)).tolist():
+                self.timed_out[row] = (int(self.index[row]), int(self.value[row])) in reported
         self.has_offset = self.offset != NO_OFFSET
         ok = self.type == OK
         self.ok_read_values = sorted_unique(self.value[self.is_read & ok])

@@ -44,6 +44,7 @@ from spark_validation import retention
 from spark_validation.acks import LEADER_EPOCHS, NS_PER_S, _View, _views
 from spark_validation.anomalies import anomaly_row
 from spark_validation.frames import read_filtered
+from spark_validation.linearizability import NONLINEARIZABLE_CAUSES
 from spark_validation.options import RunOptions
 
 GUARANTEES: tuple[str, ...] = ()  # it only explains DUR-1 losses the partition checks found
@@ -52,9 +53,8 @@ ANOMALIES = ("power-loss-window",)
 START_POWER = "start-power"  # faults/nemesis.py: its completion's value has dropped_files by node index
 STOP_POWER = "stop-power"  # its completion's value lists the nodes restarted
 # what follows from an offset handed out again; judged by the values or offsets the row names
-REUSE_CONSEQUENCES = ("inconsistent-offsets", "duplicate", "realtime-order", "future-read", "nonlinearizable",
-                      "replica-read-mismatch", "nonmonotonic-send", "send-skip", "poll-skip", "nonmonotonic-poll",
-                      "int-poll-skip", "int-nonmonotonic-poll")
+REUSE_CONSEQUENCES = (*NONLINEARIZABLE_CAUSES, "nonlinearizable", "replica-read-mismatch", "nonmonotonic-send",
+                      "send-skip", "poll-skip", "nonmonotonic-poll", "int-poll-skip", "int-nonmonotonic-poll")
 REUSE_BY_OFFSET_ONLY = ("epoch-regression",)  # its values are leader epochs, not records
 # a lost value's own rows: DUR-1's, DUR-2's in an acks=1 run (Kafka loses an acks=1 record the same
 # way), RET-1's latest value of a key (lost with the power, not by the cleaner)
@@ -197,16 +197,16 @@ def _elected_after(views: list[_View], loss: PowerLoss, broker_id: int) -> _View
                 None)
 
 
-def explain(rows: list[dict]) -> None:
-    """Keep as allowed the lost-value rows (LOST_KINDS) whose every value a power loss explains, and the
-    violations that follow from those values' offsets being handed out again: a row naming such a
-    value, or (for the kinds that name offsets of a reused range) an offset at or below the highest
-    offset a power-loss-window value had."""
-    window = {(r["topic"], r["partition"], v) for r in rows if r["anomaly"] in ANOMALIES for v in r["values"]}
+def explain(rows: list[dict], windows: list[dict]) -> None:
+    """Keep as allowed the lost-value rows (LOST_KINDS) whose every value a power loss explains (its
+    power-loss-window row among windows), and the violations that follow from those values' offsets
+    being handed out again: a row naming such a value, or (for the kinds that name offsets of a reused
+    range) an offset at or below the highest offset a power-loss-window value had."""
+    window = {(r["topic"], r["partition"], v) for r in windows if r["anomaly"] in ANOMALIES for v in r["values"]}
     if not window:
         return
     reused_max: dict[tuple[str, int], int] = {}
-    for r in rows:
+    for r in windows:
         if r["anomaly"] in ANOMALIES and r["offsets"] and r["offsets"][0] is not None:
             where = (r["topic"], r["partition"])
             reused_max[where] = max(reused_max.get(where, -1), r["offsets"][0])

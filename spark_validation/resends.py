@@ -20,20 +20,22 @@ records reported timed out in its completion's extra, "timed_out"):
 A resent value (by the application, or by the client after an epoch bump) also shows in the
 order checks of its partition (its first copy sits among records sent after it, and a value at
 two offsets has no one place in the order): an order row that names a value so resent follows
-from the resend and is allowed too. And the checker judges
-the partition's linearizability again without the allowed duplicate (checker.run_checks).
+from the resend and is allowed too. And the partition's linearizability is judged again without
+the allowed duplicate (judgement.py).
+
+All of this is judged one topic-partition at a time, where the Spark pass has its mops
+(judgement.py): the sends of a duplicated value are the partition's own send mops, and which of
+them were reported timed out the pass brings along (frames.py, timed-out sends).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import numpy as np
 
 from spark_validation import epoch_bumps
-from spark_validation.frames import RowGroupReader, row_groups
+from spark_validation.partition_log import PartitionLog, member, sorted_unique
 
 ANOMALY = "duplicate-after-timeout"
 # the order anomalies a resent value's first copy can cause in its partition
@@ -52,32 +54,31 @@ class _Attempt:
     timed_out: bool
 
 
-def explain(rows: list[dict], parquet_path: Path) -> bool:
-    """Turn each duplicate a resend after a timeout explains into duplicate-after-timeout (allowed),
-    each that an epoch bump explains into duplicate-after-epoch-bump (allowed), and the order
-    anomalies that follow from either; whether any row changed."""
+def explain(rows: list[dict], p: PartitionLog, history_path: Path) -> bool:
+    """Of one topic-partition's rows (p's): turn each duplicate a resend after a timeout explains into
+    duplicate-after-timeout (allowed), each that an epoch bump explains into duplicate-after-epoch-bump
+    (allowed), and the order anomalies that follow from either; whether any row changed."""
     duplicates = [r for r in rows if r["anomaly"] == "duplicate" and r["violation"]]
     if not duplicates:
         return False
-    attempts = _attempts(parquet_path, {(r["topic"], r["partition"], r["values"][0]) for r in duplicates})
-    resent: set[tuple[str, int, int]] = set()
+    attempts = _attempts(p, np.array([r["values"][0] for r in duplicates], np.int64))
+    resent: set[int] = set()
     for r in duplicates:
-        where = (r["topic"], r["partition"], r["values"][0])
-        explained = _resends(attempts.get(where, []))
+        explained = _resends(attempts.get(r["values"][0], []))
         if len(explained) < len(r["offsets"]) - 1:
             continue
-        resent.add(where)
+        resent.add(r["values"][0])
         shown = explained[:len(r["offsets"]) - 1]
         told = "; ".join(f"op {timed_out.op} was told it timed out (_MSG_TIMED_OUT) at "
                          f"{timed_out.complete_ns / NS_PER_S:.3f} s and op {again.op} sent it again"
                          for timed_out, again in shown)
         r.update(anomaly=ANOMALY, violation=False, ops=[op for pair in shown for op in (pair[0].op, pair[1].op)],
                  detail=f"{r['detail']}: {told} (a resend after a client timeout, not a broker's duplicate)")
-    bumped = epoch_bumps.explain([r for r in duplicates if r["violation"]], parquet_path)
+    bumped = {v for _, _, v in epoch_bumps.explain([r for r in duplicates if r["violation"]], history_path)}
     for r in (r for r in rows if r["violation"] and r["anomaly"] in FOLLOWS_FROM_RESEND):
         cause = next((cause for cause, values in (("a resend after a client timeout", resent),
                                                   ("a client's resend after a producer epoch bump", bumped))
-                      if any((r["topic"], r["partition"], v) in values for v in r["values"] or ())), None)
+                      if any(v in values for v in r["values"] or ())), None)
         if cause:
             r["violation"], r["detail"] = False, f"follows from {cause} (IDM-1): {r['detail']}"
     return bool(resent or bumped)
@@ -95,27 +96,12 @@ def _resends(attempts: list[_Attempt]) -> list[tuple[_Attempt, _Attempt]]:
     return pairs
 
 
-def _attempts(parquet_path: Path, wanted: set[tuple[str, int, int]]) -> dict[tuple[str, int, int], list[_Attempt]]:
-    """Every completed send op of each wanted (topic, partition, value), by invocation time."""
-    values = pa.array(sorted({v for _, _, v in wanted}), pa.int64())
-    columns = ["index", "seq", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition", "value"]
-    sends, timed_out_ops = [], {}
-    history = RowGroupReader(["type", "f", "mop_f"])
-    for file, group in row_groups(parquet_path):  # one row group at a time: a long history's columns stay on disk
-        table = history.read(file, group, [*columns, "extra"])
-        completions = pc.not_equal(table["type"], "invoke")
-        mops = table.filter(pc.and_(completions, pc.and_(pc.equal(table["mop_f"], "send"),
-                                                         pc.is_in(table["value"], values))))
-        sends.extend(mops.select(columns).to_pylist())
-        reported = table.filter(pc.and_(pc.and_(completions, pc.equal(table["seq"], 0)),
-                                        pc.and_(pc.equal(table["f"], "send"), pc.is_valid(table["extra"]))))
-        for index, extra in zip(reported["index"].to_pylist(), reported["extra"].to_pylist()):
-            if "timed_out" in extra:
-                timed_out_ops[index] = {tuple(t) for t in json.loads(extra)["timed_out"]}
-    found: dict[tuple[str, int, int], list[_Attempt]] = {}
-    for s in sends:
-        where = (s["topic"], s["partition"], s["value"])
-        if where in wanted:
-            found.setdefault(where, []).append(_Attempt(s["index"], s["invoke_time_ns"], s["time_ns"],
-                                                        where in timed_out_ops.get(s["index"], ())))
-    return {where: sorted(a, key=lambda x: (x.invoke_ns, x.op)) for where, a in found.items()}
+def _attempts(p: PartitionLog, values: np.ndarray) -> dict[int, list[_Attempt]]:
+    """Every completed send op of each of values in p, by invocation time."""
+    sends = np.flatnonzero(p.is_send & member(sorted_unique(values), p.value))
+    sends = sends[np.lexsort((p.index[sends], p.invoke_ns[sends]))]
+    found: dict[int, list[_Attempt]] = {}
+    for value, op, invoke_ns, complete_ns, timed_out in zip(*(column[sends].tolist() for column in (
+            p.value, p.index, p.invoke_ns, p.time_ns, p.timed_out))):
+        found.setdefault(value, []).append(_Attempt(op, invoke_ns, complete_ns, timed_out))
+    return found

@@ -39,7 +39,11 @@ CONNECT_TIMEOUT_S = 10.0  # the client itself retries an unreachable server for 
 # The driver JVM (and, on local[*], the executors in it) moves Arrow batches and shuffle blocks: little
 # code, run briefly. C1 alone compiles it soon enough, and one GC thread leaves the cores to the Python
 # workers; on 2 cores this took the JVM's CPU from 38 to 17 s at 1M ops, same results (benchmarks/README.md).
-DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j.rootLogger=ERROR"
+# C1 alone reserves only 48 MB of code cache: a long session (the checker tests' one session ran ~600 stages)
+# filled it, the JIT stopped and tasks failed ("Out of space in CodeCache for adapters"); 240 MB is the
+# tiered default, reserved and only committed as code is compiled.
+DRIVER_JAVA_OPTIONS = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC "
+                       "-Dlog4j.rootLogger=ERROR")
 
 
 SQL_CONF = {  # settings a session may change at run time: the same on a local, cluster or Connect session

@@ -340,3 +340,24 @@ def injected_history() -> Builder:
     scenarios(b)
     b.final_polls()
     return b
+
+
+def systematic_history(topics: int = 3, values: int = 40, stored_twice_every: int = 5, lost_every: int = 7) -> Builder:
+    """A broker with a systematic bug on every partition (topic sys-i, written by process i): of each
+    process's sends, every stored_twice_every-th record is stored twice (a duplicate; the partition is
+    not linearizable) and every lost_every-th is acknowledged at an offset the final reads skip (a lost
+    write, and a skip in the final poll)."""
+    b = Builder()
+    lost: set[int] = set()
+    for i in range(values):
+        for process in range(topics):
+            send = b.append(f"sys-{process}")
+            if i % stored_twice_every == stored_twice_every - 1:
+                b.logs[(send.record.topic, 0)].append(send.record.value)
+            elif i % lost_every == lost_every - 1:
+                lost.add(send.record.value)
+            b.op(process, "send", [send])
+    for tp, log in b.logs.items():
+        b.final_reads[tp] = [(offset, value) for offset, value in enumerate(log) if value not in lost]
+    b.final_polls()
+    return b

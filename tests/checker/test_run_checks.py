@@ -224,6 +224,6 @@ def test_in_an_acks_1_run_an_offset_reused_after_a_window_loss_is_explained_by_i
             anomaly_row("inconsistent-offsets", "offset 3 holds 7, 9", topic="t0", partition=0, values=[7, 9]),
             anomaly_row("inconsistent-offsets", "offset 4 holds 8, 10", topic="t0", partition=0, values=[8, 10]),
             anomaly_row("unseen", "1 value", topic="t0", partition=0, values=[7])]
-    acks.explain(rows)
+    acks.explain(rows, rows)
     assert [r["violation"] for r in rows] == [False, False, True, False]
     assert rows[1]["detail"].startswith("follows from an acks=1 window loss (DUR-2)")
