@@ -153,7 +153,7 @@ def encode_mops(rows: pa.Table) -> pa.Table:
     })
 
 
-def _by_partition(rows: pa.Table, schema: pa.Schema) -> Iterator[tuple[str, int, pa.Table]]:
+def _by_partition(rows: pa.Table, schema: pa.Schema = MOP_SCHEMA) -> Iterator[tuple[str, int, pa.Table]]:
     """(topic, partition, its rows in schema) for each topic-partition in rows (stable: in their order)."""
     rows = rows.sort_by([("topic", "ascending"), ("partition", "ascending")])
     topic = pc.dictionary_encode(rows["topic"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
@@ -342,7 +342,7 @@ class CurrentAssignment:
 def _blob_batch(rows: pa.Table, row_group: int, current: CurrentAssignment) -> pa.RecordBatch:
     """One row group as blobs: its mops per topic-partition, and its ok polls per assigned topic-partition."""
     kinds, topics, partitions, info_sends, payloads = [], [], [], [], []
-    for topic, partition, mops in _by_partition(encode_mops(rows), MOP_SCHEMA):
+    for topic, partition, mops in _by_partition(encode_mops(rows)):
         kinds.append(MOPS)
         topics.append(topic)
         partitions.append(partition)
