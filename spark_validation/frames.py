@@ -1,16 +1,21 @@
 """The Spark side of the checker: read a history once, group it by topic-partition, and run
 every per-partition check on each group in one pass (mapInArrow, numpy inside).
 
+0. A first scan (a few columns) finds the assign/subscribe ops and the topic-partitions the
+   mops name. The ok assigns and subscribes come to the driver (CurrentAssignment, step 1);
+   everything else stays in Spark.
 1. One task per Parquet row group reads only the columns the checks need, keeps the
    completed client mops, encodes them compactly (MOP_SCHEMA) and emits one Arrow IPC
-   blob per topic-partition, plus the row group's assign/subscribe rows.
+   blob per topic-partition, plus the ok polls of the processes that had each topic-partition
+   assigned (by their last ok assign), for the realtime lag of polls that read nothing there.
 2. The blobs are shuffled by topic-partition (a few per partition and row group, not one
    row per mop) and cached on local disk: every partition's mops now sit in one Spark partition.
+   The same shuffle brings each topic-partition its resets blob: the assign/subscribe ops that
+   dropped it (every one that does not retain it) and every ok subscribe, joined in Spark
+   from the first scan (a task gets its own partition's, nothing goes through the driver).
 3. Each task joins its blobs per topic-partition into a PartitionLog and runs the checks.
 
-Four things cross partitions, and all are small or go through the same shuffle:
-- assignments: ok/info assign and subscribe ops and the partitions each retains, read
-  first (a scan of a few columns) and given to every task.
+Three more things cross partitions; each is small or goes through the same shuffle:
 - assigned polls: per topic-partition, the ok polls of processes that had it assigned
   (by their last ok assign), for the realtime lag of polls that read nothing there;
   emitted beside the mops blobs, so the one shuffle brings them to their partition.
@@ -19,7 +24,8 @@ Four things cross partitions, and all are small or go through the same shuffle:
   explains (resends.py); emitted beside the mops blobs like the assigned polls.
 - proven ops: info ops with a send that some ok op read, in any partition; their sends
   must have committed (an info op's outcome is unknown until a read proves it). Found by
-  one more pass over the cached blobs, only when the history has info sends.
+  one more pass over the cached blobs, only when the history has info sends, and collected
+  (they grow with the info sends).
 
 The check pass returns one row per (partition, check): the check's rows as an Arrow IPC
 stream and the seconds the check took there (and one BUILD row per partition), kept in Spark:
@@ -51,15 +57,22 @@ TP = ["topic", "partition"]
 READ_COLUMNS = ["index", "seq", "process", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition",
                 "value", "offset", "rebalanced", "extra"]
 STRING_COLUMNS = ["type", "f", "mop_f", "topic"]  # read as dictionaries: few distinct values
-ASSIGNMENT_COLUMNS = ["index", "seq", "process", "type", "f", "topic", "partition"]
-MOPS, POLLS, TIMEOUTS = "mops", "polls", "timeouts"  # kinds of blob
+ASSIGNMENT_COLUMNS = ["index", "seq", "process", "type", "f", "mop_f", "topic", "partition"]
+MOPS, POLLS, TIMEOUTS, RESETS = "mops", "polls", "timeouts", "resets"  # kinds of blob
 BLOB_DDL = "kind string, topic string, partition int, row_group int, info_sends long, payload binary"
 BLOB_SCHEMA = pa.schema([("kind", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                          ("row_group", pa.int32()), ("info_sends", pa.int64()), ("payload", pa.binary())])
 ASSIGNMENT_SCHEMA = pa.schema([("index", pa.int64()), ("seq", pa.int32()), ("process", pa.int64()),
                                ("type", pa.string()), ("f", pa.string()), ("topic", pa.string()),
                                ("partition", pa.int32())])
-ASSIGNMENT_DDL = "index long, seq int, process long, type string, f string, topic string, partition int"
+# the first scan's rows: assign/subscribe ops (ASSIGNMENT_SCHEMA), and the topic-partitions each row group's mops name
+ASSIGNMENT, PARTITION = "assignment", "partition"
+SCAN_SCHEMA = pa.schema([("kind", pa.string()), *ASSIGNMENT_SCHEMA])
+SCAN_DDL = "kind string, index long, seq int, process long, type string, f string, topic string, partition int"
+# a partition's resets blob: the assign/subscribe ops that dropped it, and every ok subscribe
+RESET_SCHEMA = pa.schema([("process", pa.int64()), ("index", pa.int64()), ("dropped", pa.bool_()),
+                          ("subscribe", pa.bool_())])
+RESET_DDL = "topic string, partition int, process long, index long, dropped boolean, subscribe boolean"
 RESULT_SCHEMA = pa.schema([("check", pa.string()), ("seconds", pa.float64()), ("rows", pa.binary())])
 RESULT_DDL = "check string, seconds double, rows binary"
 BUILD = "partition-log"  # the result row that times building each PartitionLog (no rows)
@@ -151,36 +164,38 @@ def encode_mops(rows: pa.Table) -> pa.Table:
     })
 
 
-def _by_partition(mops: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, its mops) for each topic-partition in mops."""
-    mops = mops.sort_by([("topic", "ascending"), ("partition", "ascending")])
-    topic = pc.dictionary_encode(mops["topic"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
-    partition = mops["partition"].to_numpy()
+def _by_partition(rows: pa.Table, schema: pa.Schema = MOP_SCHEMA) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in schema) for each topic-partition in rows (stable: in their order)."""
+    rows = rows.sort_by([("topic", "ascending"), ("partition", "ascending")])
+    topic = pc.dictionary_encode(rows["topic"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    partition = rows["partition"].to_numpy()
     starts = group_starts(topic, partition)
-    for start, end in zip(starts.tolist(), group_ends(starts, mops.num_rows).tolist()):
-        group = mops.slice(start, end - start)
-        yield group["topic"][0].as_py(), group["partition"][0].as_py(), group.select(MOP_SCHEMA.names)
+    for start, end in zip(starts.tolist(), group_ends(starts, rows.num_rows).tolist()):
+        group = rows.slice(start, end - start)
+        yield group["topic"][0].as_py(), group["partition"][0].as_py(), group.select(schema.names).cast(schema)
 
 
 class HistoryFrames:
-    """One history in Spark: its mops (and assigned polls) as blobs partitioned by topic-partition, cached."""
+    """One history in Spark: its mops (and assigned polls, and assignment resets) as blobs partitioned
+    by topic-partition, cached."""
 
     def __init__(self, spark: SparkSession, parquet_path: str, shuffle_partitions: int):
         self.spark = spark
         groups = row_groups(parquet_path)
         tasks = spark.range(0, len(groups), numPartitions=max(min(len(groups), shuffle_partitions), 1))
 
-        def read_assignments(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            history = RowGroupReader(["type", "f"])
+        def scan(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            history = RowGroupReader(["type", "f", "mop_f"])
             for batch in batches:
                 for row_group in batch.column("id").to_pylist():
                     rows = history.read(*groups[row_group], ASSIGNMENT_COLUMNS)
-                    rows = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
-                                               pc.is_in(rows["type"], pa.array(["ok", "info"]))))
-                    yield from rows.cast(ASSIGNMENT_SCHEMA).to_batches()
+                    yield from _scan_rows(rows).to_batches()
 
-        self.assignments = tasks.mapInArrow(read_assignments, ASSIGNMENT_DDL).toArrow().cast(ASSIGNMENT_SCHEMA)
-        current = CurrentAssignment(self.assignments)
+        scanned = tasks.mapInArrow(scan, SCAN_DDL).persist(StorageLevel.DISK_ONLY)
+        assignments = scanned.where(F.col("kind") == ASSIGNMENT).drop("kind")
+        # the ok assigns and subscribes, in the driver: each row group's task needs every process's
+        # assignment before its polls (a few columns per op; the only table here that grows with the history)
+        current = CurrentAssignment(assignments.where(F.col("type") == "ok").toArrow().cast(ASSIGNMENT_SCHEMA))
 
         def read_row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             history = RowGroupReader(STRING_COLUMNS)
@@ -190,10 +205,14 @@ class HistoryFrames:
                     yield _blob_batch(rows, row_group, current)
             release_memory()
 
-        self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL).repartition(shuffle_partitions, *TP)
+        resets = _resets(assignments, scanned.where(F.col("kind") == PARTITION).select(*TP).distinct())
+        self.blobs = (tasks.mapInArrow(read_row_groups, BLOB_DDL)
+                      .unionByName(resets.mapInArrow(_reset_blobs, BLOB_DDL))
+                      .repartition(shuffle_partitions, *TP)
                       .persist(StorageLevel.DISK_ONLY))  # read once or twice: kept out of the JVM heap
         summary = self.blobs.groupBy("kind").agg(F.sum("info_sends").alias("info_sends")).collect()
         self.info_sends = sum(r["info_sends"] or 0 for r in summary)
+        scanned.unpersist()
 
     def proven_ops(self) -> np.ndarray:
         """Op indices of info ops with a send some ok op read (in the same partition)."""
@@ -216,23 +235,15 @@ class HistoryFrames:
         action computes them (the caller takes the small ones, the cycle search the edges). A judge
         gets each partition's tables and returns the tables kept in their place (judgement.py): a
         check whose table it takes keeps a row of its seconds, with an empty payload."""
-        assignments = self.assignments
-        assignment_ops = assignments.filter(pc.equal(assignments["seq"], 0))
-        assign_index = assignment_ops["index"].to_numpy()
-        assign_process = assignment_ops["process"].to_numpy()
-        retained = assignments.filter(pc.is_valid(assignments["topic"])).to_pylist()
-        subscribes = assignment_ops.filter(pc.and_(pc.equal(assignment_ops["f"], "subscribe"),
-                                                   pc.equal(assignment_ops["type"], "ok")))
-        subscribed = (subscribes["process"].to_numpy(), subscribes["index"].to_numpy())
 
         def check_partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for topic, partition, mops, polls, timed_out in _partitions(batches):
-                keeps = [r["index"] for r in retained
-                         if r["topic"] == topic and (r["partition"] is None or r["partition"] == partition)]
-                dropped = ~np.isin(assign_index, keeps)
+            for topic, partition, mops, polls, timed_out, resets in _partitions(batches):
+                process, index = resets["process"].to_numpy(), resets["index"].to_numpy()
+                dropped = resets["dropped"].to_numpy(zero_copy_only=False)
+                subscribe = resets["subscribe"].to_numpy(zero_copy_only=False)
                 started = time.perf_counter()
-                p = PartitionLog(topic, partition, mops, proven_ops, (assign_process[dropped], assign_index[dropped]),
-                                 polls, subscribed, timed_out)
+                p = PartitionLog(topic, partition, mops, proven_ops, (process[dropped], index[dropped]), polls,
+                                 (process[subscribe], index[subscribe]), timed_out)
                 seconds, tables = {BUILD: time.perf_counter() - started}, {}
                 for name, check in checks.items():
                     started = time.perf_counter()
@@ -254,6 +265,52 @@ class HistoryFrames:
 
     def unpersist(self) -> None:
         self.blobs.unpersist()
+
+
+def _scan_rows(rows: pa.Table) -> pa.Table:
+    """One row group's rows of the first scan (SCAN_SCHEMA): its ok/info assign and subscribe rows,
+    and one row for each topic-partition its mops name."""
+    assignments = rows.filter(pc.and_(pc.is_in(rows["f"], pa.array(ASSIGNMENT_FS)),
+                                      pc.is_in(rows["type"], pa.array(["ok", "info"]))))
+    named = rows.filter(pc.fill_null(pc.and_(pc.is_valid(rows["mop_f"]), pc.is_valid(rows["topic"])), False))
+    named = named.select(TP).cast(pa.schema([("topic", pa.string()), ("partition", pa.int32())]))
+    named = named.group_by(TP).aggregate([])
+    empty = {name: pa.nulls(named.num_rows, field.type) for name, field in zip(ASSIGNMENT_SCHEMA.names, ASSIGNMENT_SCHEMA)
+             if name not in TP}
+    return pa.concat_tables([
+        assignments.select(ASSIGNMENT_SCHEMA.names).cast(ASSIGNMENT_SCHEMA).add_column(
+            0, "kind", pa.array([ASSIGNMENT] * assignments.num_rows, pa.string())),
+        pa.table({"kind": pa.array([PARTITION] * named.num_rows, pa.string()), **empty, **{c: named[c] for c in TP}})
+        .select(SCAN_SCHEMA.names).cast(SCAN_SCHEMA)])
+
+
+def _resets(assignments: DataFrame, partitions: DataFrame) -> DataFrame:
+    """For each topic-partition (RESET_DDL rows): the assign/subscribe ops that dropped it (every op that
+    does not retain it: an assign that does not name it, a subscribe to other topics) and every ok
+    subscribe, each partition's own rows, joined in Spark (the driver never holds them)."""
+    ops = assignments.where(F.col("seq") == 0).select(
+        "index", "process", ((F.col("f") == "subscribe") & (F.col("type") == "ok")).alias("subscribe"))
+    retained = assignments.where(F.col("topic").isNotNull()).select(
+        F.col("index").alias("retained_index"), F.col("topic").alias("retained_topic"),
+        F.col("partition").alias("retained_partition"))
+    pairs = partitions.crossJoin(ops)
+    retains = ((pairs["index"] == retained["retained_index"]) & (pairs["topic"] == retained["retained_topic"])
+               & (retained["retained_partition"].isNull() | (pairs["partition"] == retained["retained_partition"])))
+    dropped = pairs.join(retained, retains, "left_anti").withColumn("dropped", F.lit(True))
+    subscribes_kept = pairs.join(retained, retains, "left_semi").where("subscribe").withColumn("dropped", F.lit(False))
+    return dropped.unionByName(subscribes_kept).select("topic", "partition", "process", "index", "dropped", "subscribe")
+
+
+def _reset_blobs(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """RESET_DDL rows as one RESETS blob per topic-partition of each batch."""
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        parts = list(_by_partition(pa.Table.from_batches([batch]), RESET_SCHEMA))
+        yield pa.RecordBatch.from_pydict({
+            "kind": [RESETS] * len(parts), "topic": [topic for topic, _, _ in parts],
+            "partition": [partition for _, partition, _ in parts], "row_group": [-1] * len(parts),
+            "info_sends": [0] * len(parts), "payload": [to_ipc(resets) for _, _, resets in parts]}, schema=BLOB_SCHEMA)
 
 
 class CurrentAssignment:
@@ -339,19 +396,22 @@ def timed_out_sends(rows: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
         yield topic, partition, pa.table(list(zip(*sends)), schema=TIMED_OUT_SCHEMA)
 
 
-def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table, pa.Table]]:
-    """(topic, partition, all its mops in history order, its assigned polls, its timed-out sends) from
-    the blobs of one Spark partition; a partition with polls but no mops has nothing to check."""
+def _partitions(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, int, pa.Table, pa.Table, pa.Table, pa.Table]]:
+    """(topic, partition, all its mops in history order, its assigned polls, its timed-out sends, its
+    resets in history order) from the blobs of one Spark partition; a partition with polls but no
+    mops has nothing to check."""
     blobs: dict[tuple[str, int], dict[str, list[tuple[int, bytes]]]] = {}
     for batch in batches:
         for kind, topic, partition, row_group, payload in zip(*(batch.column(c).to_pylist() for c in
                                                                 ("kind", "topic", "partition", "row_group", "payload"))):
-            blobs.setdefault((topic, partition), {MOPS: [], POLLS: [], TIMEOUTS: []})[kind].append((row_group, payload))
+            blobs.setdefault((topic, partition), {MOPS: [], POLLS: [], TIMEOUTS: [], RESETS: []})[kind].append(
+                (row_group, payload))
     for topic, partition in sorted(blobs):
         kinds = blobs.pop((topic, partition))  # a partition's blobs are dropped once it is read
         if kinds[MOPS]:
             polls = [read_ipc(payload) for _, payload in sorted(kinds[POLLS])] or [POLL_SCHEMA.empty_table()]
             timed_out = ([read_ipc(payload) for _, payload in sorted(kinds[TIMEOUTS])]
                          or [TIMED_OUT_SCHEMA.empty_table()])
+            resets = [read_ipc(payload) for _, payload in kinds[RESETS]] or [RESET_SCHEMA.empty_table()]
             yield (topic, partition, pa.concat_tables([read_ipc(payload) for _, payload in sorted(kinds[MOPS])]),
-                   pa.concat_tables(polls), pa.concat_tables(timed_out))
+                   pa.concat_tables(polls), pa.concat_tables(timed_out), pa.concat_tables(resets).sort_by("index"))

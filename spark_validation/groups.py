@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_validation.anomalies import anomaly_row
-from spark_validation.frames import read_filtered
+from spark_validation.frames import RowGroupReader, read_filtered, row_groups
+from spark_validation.partition_log import group_starts
 from spark_validation.options import RunOptions
 
 GROUP_FS = ("rebalance", "commit", "offset-fetch")
@@ -53,10 +56,8 @@ def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
     rebalances = [op for op in ops if op["f"] == "rebalance" and op["type"] == "ok"]
     commits = [op for op in ops if op["f"] == "commit"]
     fetches = [op for op in ops if op["f"] == "offset-fetch"]
-    polls = _read(parquet_path, lambda t: pc.and_(pc.equal(t["mop_f"], "poll"), pc.and_(
-        pc.equal(t["type"], "ok"), pc.is_valid(t["offset"]))))
     return [*double_assignments(rebalances), *commits_backwards(commits), *lost_commits(commits, fetches),
-            *rewound_assignments(rebalances, commits, polls)]
+            *rewound_assignments(rebalances, commits, parquet_path)]
 
 
 def double_assignments(rebalances: list[dict]) -> list[dict]:
@@ -142,43 +143,78 @@ def lost_commits(commits: list[dict], fetches: list[dict]) -> list[dict]:
     return rows
 
 
-def rewound_assignments(rebalances: list[dict], commits: list[dict], polls: pa.Table | None) -> list[dict]:
+def rewound_assignments(rebalances: list[dict], commits: list[dict], parquet_path: Path) -> list[dict]:
     """GRP-2 in the run: a member assigned a partition starts reading at or above the offset of
     every commit of it acknowledged before the assignment (auto.offset.reset only applies when
     nothing is committed)."""
-    if polls is None or polls.num_rows == 0:
-        return []
     acked = sorted(((op["time_ns"], tp, o, op) for op in commits if op["type"] == "ok"
                     for tp, o in _offsets(op).items()), key=lambda c: c[0])
-    first_reads: dict[tuple[int, str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for process, topic, partition, time_ns, offset, index in zip(
-            *(polls[c].to_pylist() for c in ("process", "topic", "partition", "time_ns", "offset", "index"))):
-        first_reads[(process, topic, partition)].append((time_ns, offset, index))
-    for reads in first_reads.values():
-        reads.sort()
-    rows = []
     by_process = defaultdict(list)
     for op in rebalances:
         by_process[op["process"]].append(op)
+    windows: list[_Window] = []
     for process, events in by_process.items():
         for position, op in enumerate(events):
             if op["extra"]["event"] != "assign":
                 continue
             assigned_ns = op["extra"].get("callback_time_ns", op["time_ns"])
             ends = [e["time_ns"] for e in events[position + 1:] if e["extra"]["event"] != "assign"]
-            until_ns = ends[0] if ends else None
             for topic, partition in op["extra"]["partitions"]:
                 committed = [(o, c) for t_ns, tp, o, c in acked if tp == (topic, partition) and t_ns < assigned_ns]
-                if not committed:
-                    continue
-                offset_committed, commit = max(committed, key=lambda x: x[0])
-                first = next(((t, o, i) for t, o, i in first_reads.get((process, topic, partition), ())
-                              if t > op["time_ns"] and (until_ns is None or t < until_ns)), None)
-                if first is not None and first[1] < offset_committed:
-                    rows.append(anomaly_row(
-                        "rewound-assignment", f"process {process} assigned the partition (op {op['index']}) first "
-                        f"read offset {first[1]} (op {first[2]}); {offset_committed} had been committed and "
-                        f"acknowledged before (op {commit['index']})", topic=topic, partition=partition,
-                        process=process, ops=[commit["index"], op["index"], first[2]],
-                        offsets=[offset_committed, first[1]], delta=first[1] - offset_committed))
+                if committed:
+                    offset_committed, commit = max(committed, key=lambda x: x[0])
+                    windows.append(_Window(process, topic, partition, op, ends[0] if ends else None,
+                                           offset_committed, commit))
+    rows = []
+    for w, first in zip(windows, _first_reads(parquet_path, windows)):
+        if first is not None and first[1] < w.offset_committed:
+            rows.append(anomaly_row(
+                "rewound-assignment", f"process {w.process} assigned the partition (op {w.op['index']}) first "
+                f"read offset {first[1]} (op {first[2]}); {w.offset_committed} had been committed and "
+                f"acknowledged before (op {w.commit['index']})", topic=w.topic, partition=w.partition,
+                process=w.process, ops=[w.commit["index"], w.op["index"], first[2]],
+                offsets=[w.offset_committed, first[1]], delta=first[1] - w.offset_committed))
     return rows
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A member's assignment of a partition with acknowledged commits before it, until its next revoke."""
+    process: int
+    topic: str
+    partition: int
+    op: dict              # the rebalance that assigned it; reads after its completion count
+    until_ns: int | None  # the member's next revoke or loss, if any
+    offset_committed: int
+    commit: dict
+
+
+def _first_reads(parquet_path: Path, windows: list[_Window]) -> list[tuple[int, int, int] | None]:
+    """The first read (time_ns, offset, op index) of each window's partition by its member inside it,
+    the ok polls read one row group at a time: the driver keeps one read per window, not the polls."""
+    first: list[tuple[int, int, int] | None] = [None] * len(windows)
+    if not windows:
+        return first
+    keys = ["process", "topic", "partition"]
+    table = pa.table({"window": np.arange(len(windows)), "process": pa.array([w.process for w in windows], pa.int64()),
+                      "topic": pa.array([w.topic for w in windows], pa.string()),
+                      "partition": pa.array([w.partition for w in windows], pa.int32()),
+                      "after_ns": [w.op["time_ns"] for w in windows],
+                      "until_ns": [w.until_ns if w.until_ns is not None else np.iinfo(np.int64).max for w in windows]})
+    history = RowGroupReader([])
+    for file, group in row_groups(parquet_path):
+        polls = history.read(file, group, ["index", "process", "type", "mop_f", "topic", "partition", "time_ns",
+                                           "offset"])
+        polls = polls.filter(pc.and_(pc.equal(polls["mop_f"], "poll"), pc.and_(
+            pc.equal(polls["type"], "ok"), pc.is_valid(polls["offset"]))))
+        inside = polls.select(["index", *keys, "time_ns", "offset"]).join(table, keys)
+        inside = inside.filter(pc.and_(pc.greater(inside["time_ns"], inside["after_ns"]),
+                                       pc.less(inside["time_ns"], inside["until_ns"])))
+        inside = inside.sort_by([(c, "ascending") for c in ("window", "time_ns", "offset", "index")])
+        window = inside["window"].to_numpy()
+        for at in group_starts(window).tolist():
+            read = (inside["time_ns"][at].as_py(), inside["offset"][at].as_py(), inside["index"][at].as_py())
+            w = int(window[at])
+            if first[w] is None or read < first[w]:
+                first[w] = read
+    return first

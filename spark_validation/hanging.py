@@ -50,17 +50,17 @@ OPEN_MAX_S = 60 + 10
 
 
 def check(parquet_path: Path, options: RunOptions) -> list[dict] | None:
-    columns = ["index", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition", "value", "extra"]
-    stuck = read_filtered(parquet_path, columns, lambda t: pc.and_(
-        pc.equal(t["f"], STUCK_PARTITIONS), pc.and_(pc.not_equal(t["type"], "invoke"), pc.is_valid(t["extra"]))))
-    stuck = stuck.to_pylist() if stuck is not None else []
+    stuck = read_filtered(parquet_path, ["index", "type", "f", "time_ns", "extra"], lambda t: pc.and_(
+        pc.equal(t["f"], STUCK_PARTITIONS), pc.not_equal(t["type"], "invoke")))
+    stuck = [r for r in (stuck.to_pylist() if stuck is not None else []) if r["extra"]]
     if not stuck:
-        return None  # most histories: nothing more is read
-    # the sends of the values at the stuck partitions' last stable offsets, and only those
-    held = pa.array(sorted({value for op in stuck for *_, stable, _, records in json.loads(op["extra"])["partitions"]
-                            for offset, value in records if offset == stable}), pa.int64())
-    sends = read_filtered(parquet_path, columns, lambda t: pc.and_(
-        pc.and_(pc.equal(t["mop_f"], "send"), pc.not_equal(t["type"], "invoke")), pc.is_in(t["value"], held)))
+        return None
+    # only the sends of the values the final reads found at a last stable offset: a few, however long the history
+    at_stable = pa.array(sorted({value for op in stuck for *_, records in json.loads(op["extra"])["partitions"]
+                                 for _, value in records if value is not None}), pa.int64())
+    columns = ["index", "type", "f", "time_ns", "invoke_time_ns", "mop_f", "topic", "partition", "value"]
+    sends = read_filtered(parquet_path, columns, lambda t: pc.and_(pc.and_(
+        pc.equal(t["mop_f"], "send"), pc.not_equal(t["type"], "invoke")), pc.is_in(t["value"], at_stable)))
     senders: dict[tuple[str, int, int], dict] = {}  # (topic, partition, value) -> its send's completion
     for r in sends.to_pylist():
         senders.setdefault((r["topic"], r["partition"], r["value"]), r)
