@@ -220,7 +220,7 @@ class HistoryFrames:
             return np.zeros(0, np.int64)
 
         def proven_here(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for _, _, mops, _, _ in _partitions(batches):
+            for _, _, mops, *_ in _partitions(batches):
                 is_send, type_, value = mops["is_send"].to_numpy(), mops["type"].to_numpy(), mops["value"].to_numpy()
                 ok_read = sorted_unique(value[(type_ == OK) & ~is_send])
                 read = (type_ == INFO) & is_send & member(ok_read, value)
