@@ -145,6 +145,9 @@ def merge(verdicts: dict[str, dict], meant_for: dict[str, list[str]], skipped: d
                   for lane, v in verdicts.items()}
         | {lane: {"skipped": why} for lane, why in skipped.items()},
     }
+    unlisted = _summed(v.get("unlisted", {}) for v in verdicts.values())
+    if unlisted:  # rows a lane counted but left out of its anomalies.parquet (judgement.ROWS_PER_KIND_MAX)
+        merged["unlisted"] = unlisted
     for summary in ("eos", "connect", "mirror"):  # the stream processor's and the Connect pipeline's figures
         for v in verdicts.values():
             if summary in v:

@@ -57,3 +57,10 @@ def test_the_informational_outputs_are_merged_across_lanes():
     assert merged["realtime-lag"]["worst"] == {"time_s": 1.0, "lag_s": 2.0, "lane": "groups"}
     assert merged["realtime-lag"]["points"] == 6
     assert merged["consume-counts"]["distribution"] == {"1": 15}
+
+
+def test_rows_a_lane_counted_but_did_not_list_stay_counted_in_the_merged_verdict():
+    capped = verdict(violated={"ORD-1": {"poll-skip": 12_000}}) | {"unlisted": {"poll-skip": 2_000}}
+    merged = merge({"main": capped, "groups": verdict() | {"unlisted": {}}}, {}, {})
+    assert merged["unlisted"] == {"poll-skip": 2_000} and merged["anomalies"] == {"poll-skip": 12_000}
+    assert "unlisted" not in merge({"main": verdict()}, {}, {}), "nothing left out: no unlisted entry"
