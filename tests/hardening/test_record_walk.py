@@ -91,6 +91,9 @@ def test_what_the_c_walk_calls_clean_the_python_walk_accepts(generated, batch_ru
 def test_a_batch_of_100_000_records_is_walked_in_c_not_in_python():
     raw = batch([record(index, None, b"v" * 90) for index in range(100_000)])
     rules_lenient = ValidationRules(1 << 24, False, False, (1 << 63) - 1, HOUR_MS)
-    started = time.process_time()
-    validate_records(RecordBatch(raw), rules_lenient, int(time.time() * 1000))
-    assert time.process_time() - started < 0.02  # C: about 1 ms; the Python walk: about 60
+    def cpu_s() -> float:
+        started = time.process_time()
+        validate_records(RecordBatch(raw), rules_lenient, int(time.time() * 1000))
+        return time.process_time() - started
+    # the best of three: on a loaded machine one walk's CPU time can grow several times over
+    assert min(cpu_s() for _ in range(3)) < 0.02  # C: about 1 ms; the Python walk: about 60
